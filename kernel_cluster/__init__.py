@@ -1,0 +1,1 @@
+"""kernel-cluster: a task engine in the Jupyter kernel, instrumented end to end."""

@@ -1,0 +1,480 @@
+"""The user's door: Client and the default embedded cluster.
+
+The client runs in the user's thread (the kernel). It never touches engine
+state directly: it queues core events for the scheduler, flushed once per
+loop iteration, and receives per-key reports back on the loop thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .core.keys import Key, validate_key
+from .core.scheduler_messages import (
+    ClientCancelledKeys,
+    ClientReleasedKeys,
+    GraphSubmitted,
+    ReportKey,
+)
+from .core.spec import (
+    Call,
+    GraphError,
+    Ref,
+    TaskSpec,
+    flatten_keys,
+    graph_order,
+    pack_results,
+    parse_graph,
+)
+from .engine.cluster import KernelCluster
+from .futures import CancelledError, Future, FutureState
+from .tokenize import funcname, function_token, tokenize
+
+_default_cluster: KernelCluster | None = None
+_default_lock = threading.Lock()
+_current_client: Client | None = None
+
+
+class MissingKeyError(GraphError, KeyError):
+    """A key was asked for that the graph does not define."""
+
+    def __str__(self) -> str:  # KeyError would otherwise show the repr of the message
+        return self.args[0]
+
+
+def _default() -> tuple[KernelCluster, bool]:
+    global _default_cluster
+    with _default_lock:
+        if _default_cluster is None or _default_cluster.status != "running":
+            _default_cluster = KernelCluster()
+            return _default_cluster, True
+        return _default_cluster, False
+
+
+def get_client() -> Client:
+    """The most recently created client that is still open."""
+    if _current_client is None or _current_client.status != "running":
+        raise ValueError("No client is open; create one with kernel_cluster.Client().")
+    return _current_client
+
+
+class Client:
+    """Submit work to a KernelCluster and collect the results.
+
+    ``Client()`` creates (or reuses) the default embedded cluster; ``Client(cluster)``
+    attaches to one you made. Closing the client stops whatever it started.
+    """
+
+    def __init__(self, cluster: KernelCluster | None = None, *, set_as_default: bool = True):
+        global _current_client
+        if cluster is None:
+            cluster, owned = _default()
+        elif isinstance(cluster, KernelCluster):
+            owned = False
+            if cluster.status != "running":
+                raise ValueError(f"{cluster!r} is not running; create a new KernelCluster.")
+        else:
+            raise TypeError(
+                f"Client() takes a KernelCluster or nothing, got {type(cluster).__name__}."
+            )
+        self.cluster = cluster
+        self._owns_cluster = owned
+        self.id = f"Client-{uuid.uuid4().hex[:12]}"
+        self.status = "running"
+        self._loop = cluster.loop_thread
+        self._scheduler = cluster.scheduler
+        self._lock = threading.RLock()
+        self._states: dict[Key, FutureState] = {}
+        self._refcount: dict[Key, int] = {}
+        self._outbox: list[tuple[int, Any]] = []
+        self._releases: list[Key] = []
+        self._flush_pending = False
+        self._seq = itertools.count(1)
+        self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
+        if set_as_default:
+            _current_client = self
+
+    # -- sending events ---------------------------------------------------------------
+
+    def _enqueue(self, event: Any) -> int:
+        """Queue an event for the scheduler (caller holds the lock); returns its number."""
+        if self._releases:
+            self._outbox.append((next(self._seq), ClientReleasedKeys(self.id, self._releases)))
+            self._releases = []
+        seq = next(self._seq)
+        self._outbox.append((seq, event))
+        self._schedule_flush()
+        return seq
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_pending and self.status == "running":
+            self._flush_pending = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._flush_pending = False
+            if self._releases:
+                self._outbox.append((next(self._seq), ClientReleasedKeys(self.id, self._releases)))
+                self._releases = []
+            batch = self._outbox
+            self._outbox = []
+        if batch:
+            self._scheduler.handle_client_events(self.id, batch)
+
+    # -- reference counting -----------------------------------------------------------
+
+    def _inc_ref(self, key: Key) -> None:
+        with self._lock:
+            self._refcount[key] = self._refcount.get(key, 0) + 1
+
+    def _dec_ref(self, key: Key) -> None:
+        with self._lock:
+            n = self._refcount.get(key, 0) - 1
+            if n > 0:
+                self._refcount[key] = n
+                return
+            self._refcount.pop(key, None)
+            self._states.pop(key, None)
+            if self.status == "running":
+                self._releases.append(key)
+                self._schedule_flush()
+
+    def _future(self, key: Key, seq: int) -> Future:
+        """A future for ``key`` sharing the state of any other future for it (lock held)."""
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = FutureState(seq)
+        return Future(key, self, state)
+
+    # -- reports from the scheduler (engine thread) -----------------------------------
+
+    def _on_reports(self, reports: list[ReportKey], seq: int) -> None:
+        callbacks: list[Callable[[], None]] = []
+        with self._lock:
+            for r in reports:
+                st = self._states.get(r.key)
+                if st is None or st.seq > seq:
+                    continue  # about a future released (or re-made) since
+                if r.status == "lost":
+                    st.status = "pending"
+                    if st.event is not None:
+                        st.event.clear()
+                    continue
+                st.status = r.status
+                st.exception = r.exception
+                st.traceback = r.traceback
+                if st.event is not None:
+                    st.event.set()
+                if st.callbacks:
+                    callbacks.extend(st.callbacks)
+                    st.callbacks = None
+        for cb in callbacks:
+            _run_callback(cb)
+
+    def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if not state.done():
+                if state.callbacks is None:
+                    state.callbacks = []
+                state.callbacks.append(callback)
+                return
+        _run_callback(callback)
+
+    def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
+        with self._lock:
+            if state.done():
+                return
+            if state.event is None:
+                state.event = threading.Event()
+            event = state.event
+        if not event.wait(timeout):
+            raise TimeoutError(
+                f"Future {key!r} is not done after {timeout} s; the task keeps running."
+            )
+
+    # -- submitting work --------------------------------------------------------------
+
+    def submit(
+        self,
+        fn: Callable,
+        *args: Any,
+        key: Key | None = None,
+        pure: bool = True,
+        workers: Iterable[str] | str | None = None,
+        allow_other_workers: bool = False,
+        **kwargs: Any,
+    ) -> Future:
+        """Run ``fn(*args, **kwargs)`` on the cluster; futures among the arguments are inputs."""
+        if not callable(fn):
+            raise TypeError(f"submit() needs a callable first, got {type(fn).__name__} {fn!r}.")
+        self._check_running()
+        deps: set = set()
+        args2 = _replace_futures(args, deps, self)
+        kwargs2 = _replace_futures(kwargs, deps, self) if kwargs else None
+        if key is None:
+            token = tokenize(function_token(fn), args2, kwargs2) if pure else uuid.uuid4().hex
+            key = f"{funcname(fn)}-{token}"
+        else:
+            validate_key(key)
+        spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
+        with self._lock:
+            event = GraphSubmitted(
+                self.id,
+                {key: spec},
+                {key: spec.dependencies},
+                [key],
+                None,
+                _placement(workers, allow_other_workers),
+            )
+            seq = self._enqueue(event)
+            return self._future(key, seq)
+
+    def map(
+        self,
+        fn: Callable,
+        *iterables: Iterable,
+        key: str | list[Key] | None = None,
+        pure: bool = True,
+        workers: Iterable[str] | str | None = None,
+        allow_other_workers: bool = False,
+        **kwargs: Any,
+    ) -> list[Future]:
+        """``submit`` over the items of ``iterables`` in one message to the scheduler."""
+        if not callable(fn):
+            raise TypeError(f"map() needs a callable first, got {type(fn).__name__} {fn!r}.")
+        if not iterables:
+            raise TypeError("map() needs at least one iterable of arguments.")
+        self._check_running()
+        columns = [list(it) for it in iterables]
+        n = min(len(c) for c in columns)
+        deps_kw: set = set()
+        kwargs2 = _replace_futures(kwargs, deps_kw, self) if kwargs else None
+        if isinstance(key, list):
+            if len(key) != n:
+                raise ValueError(f"map() got {len(key)} keys for {n} tasks.")
+            for k in key:
+                validate_key(k)
+            keys = key
+        else:
+            prefix = key if isinstance(key, str) else funcname(fn)
+            keys = []
+        ftoken = function_token(fn) if pure else ""
+        specs: dict[Key, TaskSpec] = {}
+        dependencies: dict[Key, frozenset] = {}
+        order: dict[Key, int] = {}
+        out_keys = []
+        for i in range(n):
+            deps = set(deps_kw)
+            args = _replace_futures(tuple(c[i] for c in columns), deps, self)
+            if isinstance(key, list):
+                k = keys[i]
+            elif pure:
+                k = f"{prefix}-{tokenize(ftoken, args, kwargs2)}"
+            else:
+                k = f"{prefix}-{uuid.uuid4().hex}"
+            out_keys.append(k)
+            if k in specs:
+                continue
+            spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
+            specs[k] = spec
+            dependencies[k] = spec.dependencies
+            order[k] = i
+        with self._lock:
+            event = GraphSubmitted(
+                self.id,
+                specs,
+                dependencies,
+                list(specs),
+                order,
+                _placement(workers, allow_other_workers),
+            )
+            seq = self._enqueue(event)
+            return [self._future(k, seq) for k in out_keys]
+
+    def get(self, dsk: dict, keys: Any, **kwargs: Any) -> Any:
+        """Compute ``keys`` (one key or a nested list of keys) of a dict graph."""
+        self._check_running()
+        specs = parse_graph(dsk)
+        flat = flatten_keys(keys)
+        for k in flat:
+            try:
+                present = k in specs
+            except TypeError:
+                present = False
+            if not present:
+                raise MissingKeyError(
+                    f"Key {k!r} is not in the graph; it defines {len(specs)} keys "
+                    f"such as {list(specs)[:3]!r}."
+                )
+        wanted = list(dict.fromkeys(flat))
+        order = graph_order(specs, wanted)
+        deps = {k: s.dependencies for k, s in specs.items()}
+        with self._lock:
+            seq = self._enqueue(GraphSubmitted(self.id, specs, deps, wanted, order, None))
+            futures = [self._future(k, seq) for k in wanted]
+        results = self.gather(futures)
+        return pack_results(keys, dict(zip(wanted, results)))
+
+    # -- collecting results -----------------------------------------------------------
+
+    def gather(self, futures: Any, errors: str = "raise") -> Any:
+        """Values for a future, or a (nested) list / tuple / dict of futures.
+
+        ``errors="skip"`` leaves out failed and cancelled futures instead of raising.
+        """
+        if errors not in ("raise", "skip"):
+            raise ValueError(f"errors={errors!r}: use 'raise' or 'skip'.")
+        flat: list[Future] = []
+        _collect_futures(futures, flat)
+        for f in flat:
+            self._wait_for(f._state, f.key, None)
+        good = []
+        for f in flat:
+            st = f._state
+            if st.status == "finished":
+                good.append(f.key)
+            elif errors == "raise":
+                if st.status == "error":
+                    assert st.exception is not None
+                    raise st.exception.with_traceback(st.traceback)
+                raise CancelledError(f.key)
+        data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
+        return _rebuild(futures, data)
+
+    def _gather_keys(self, keys: list[Key]) -> dict:
+        data, missing = self._loop.run(self._scheduler.gather, keys)
+        if missing:
+            raise KeyError(
+                f"{len(missing)} results are no longer on the cluster (first: {missing[0]!r}); "
+                "they were released or their worker was lost."
+            )
+        return data
+
+    def cancel(self, futures: Future | Iterable[Future]) -> None:
+        """Stop these tasks (and whatever depends on them) if they have not finished."""
+        fs = [futures] if isinstance(futures, Future) else list(futures)
+        keys = [f.key for f in fs]
+        if keys and self.status == "running":
+            with self._lock:
+                self._enqueue(ClientCancelledKeys(self.id, keys))
+
+    # -- information ------------------------------------------------------------------
+
+    def scheduler_info(self) -> dict:
+        return self._loop.run(self._scheduler.scheduler_info)
+
+    def _check_running(self) -> None:
+        if self.status != "running":
+            raise RuntimeError(f"{self.id} is closed; create a new Client().")
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        global _current_client
+        if self.status == "closed":
+            return
+        with self._lock:
+            self.status = "closing"
+        if self.cluster.status == "running":
+            try:
+                self._loop.run(self._flush)
+                self._loop.run(self._scheduler.remove_client, self.id)
+            except (TimeoutError, RuntimeError):
+                pass
+        callbacks: list = []
+        with self._lock:
+            self.status = "closed"
+            for key, st in self._states.items():
+                if not st.done():
+                    st.status = "cancelled"
+                    st.exception = CancelledError(key)
+                    if st.event is not None:
+                        st.event.set()
+                    callbacks.extend(st.callbacks or ())
+                    st.callbacks = None
+        for cb in callbacks:
+            _run_callback(cb)
+        if _current_client is self:
+            _current_client = None
+        if self._owns_cluster:
+            self.cluster.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        info = self.cluster
+        return f"<Client {self.id} {self.status}, cluster={info!r}>"
+
+
+def _placement(workers: Iterable[str] | str | None, loose: bool) -> dict | None:
+    if workers is None:
+        return None
+    if isinstance(workers, str):
+        workers = [workers]
+    return {"workers": tuple(workers), "allow_other_workers": loose}
+
+
+def _replace_futures(obj: Any, deps: set, client: Client) -> Any:
+    """Arguments with every future swapped for a reference to its key."""
+    t = type(obj)
+    if t is Future:
+        if obj.client is not client and obj.client.cluster is not client.cluster:
+            raise ValueError(
+                f"Future {obj.key!r} belongs to another cluster; gather it there first."
+            )
+        deps.add(obj.key)
+        return Ref(obj.key)
+    if t is tuple:
+        return tuple(_replace_futures(v, deps, client) for v in obj)
+    if t is list:
+        return [_replace_futures(v, deps, client) for v in obj]
+    if t is dict:
+        return {k: _replace_futures(v, deps, client) for k, v in obj.items()}
+    return obj
+
+
+def _collect_futures(obj: Any, out: list[Future]) -> None:
+    t = type(obj)
+    if t is Future:
+        out.append(obj)
+    elif t in (list, tuple, set, frozenset):
+        for v in obj:
+            _collect_futures(v, out)
+    elif t is dict:
+        for v in obj.values():
+            _collect_futures(v, out)
+
+
+def _rebuild(obj: Any, data: dict) -> Any:
+    t = type(obj)
+    if t is Future:
+        return data.get(obj.key)
+    if t is list:
+        return [_rebuild(v, data) for v in obj if type(v) is not Future or v.key in data]
+    if t is tuple:
+        return tuple(_rebuild(v, data) for v in obj if type(v) is not Future or v.key in data)
+    if t is dict:
+        return {
+            k: _rebuild(v, data) for k, v in obj.items() if type(v) is not Future or v.key in data
+        }
+    if t in (set, frozenset):
+        return t(_rebuild(v, data) for v in obj)
+    return obj
+
+
+def _run_callback(cb: Callable[[], None]) -> None:
+    try:
+        cb()
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).exception("A future's done-callback raised")

@@ -1,0 +1,103 @@
+"""Task keys and the readable names derived from them.
+
+A key is a ``str`` or a tuple whose first element is a ``str`` (``("x-abc", 0)``).
+Every instrument groups by the *prefix* of a key (``inc`` for ``inc-3f2a...``),
+so the prefix rule lives here, once.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import TypeAlias
+
+Key: TypeAlias = str | tuple
+
+_HEX8 = re.compile(r"^[0-9a-f]{8}$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_OBJECT_REPR = re.compile(r"^<(?:[\w.]*\.)?(\w+) object at 0x[0-9a-f]+>$")
+
+
+def key_split(key: object) -> str:
+    """The human part of a key: ``inc-<token>`` -> ``inc``; ``("x-<token>", 0)`` -> ``x``.
+
+    Words joined by ``-`` are kept while they are alphabetic and do not look like a
+    token; the first word that is a number or a hash ends the name.
+    """
+    if type(key) is tuple:
+        # collections share their name across many keys: worth caching
+        return _split_cached(key[0]) if key else "Other"
+    if type(key) is str:
+        return _split_str(key)
+    if isinstance(key, bytes):
+        return _split_str(key.decode(errors="replace"))
+    if isinstance(key, str):
+        return _split_str(str(key))
+    return "Other"
+
+
+@lru_cache(maxsize=4096)
+def _split_cached(name: object) -> str:
+    return key_split(name) if not isinstance(name, str) else _split_str(name)
+
+
+def _split_str(key: str) -> str:
+    if not key:
+        return key
+    if key[0] == "<":
+        match = _OBJECT_REPR.match(key)
+        if match:
+            return match.group(1)
+    words = key.split("-")
+    first = words[0]
+    if first and not first[0].isalpha():
+        # stringified tuple keys such as "('x-1', 0)"
+        first = first.split(",")[0].strip("_'()\" ")
+    if len(words) == 1:
+        result = first
+    else:
+        parts = [first]
+        for word in words[1:]:
+            if word.isalpha() and not (len(word) == 8 and _HEX8.match(word)):
+                parts.append(word)
+            else:
+                break
+        result = "-".join(parts)
+    if len(result) == 32 and _HEX32.match(result):
+        return "data"
+    return result
+
+
+def key_group(key: Key) -> str:
+    """The name of a key's TaskGroup: the collection name for tuple keys, else the prefix.
+
+    Futures made one by one (``inc-<token>``) share their prefix's group, so a map of
+    10,000 tasks makes one group, not 10,000.
+    """
+    if type(key) is tuple:
+        return str(key[0]) if key else "Other"
+    return key_split(key)
+
+
+def validate_key(key: object) -> None:
+    """Reject keys that cannot travel in messages or be compared reliably."""
+    if type(key) is str:
+        return
+    if type(key) is tuple:
+        if not key:
+            raise TypeError("Task keys may not be empty tuples; use a string or ('name', index).")
+        for part in key:
+            if type(part) not in (str, int, float, bytes, tuple):
+                raise TypeError(
+                    f"Task key {key!r} contains {type(part).__name__} {part!r}; tuple keys may "
+                    "only hold str, int, float, bytes or nested tuples of those."
+                )
+            if type(part) is tuple:
+                validate_key(part)
+        return
+    if type(key) in (int, float, bytes):
+        return
+    raise TypeError(
+        f"Task key {key!r} has type {type(key).__name__}; keys must be str, int, float, bytes "
+        "or tuples of those."
+    )

@@ -1,0 +1,183 @@
+"""Events the scheduler state machine accepts and the instructions it returns.
+
+Events are past tense (something happened), instructions imperative (do this).
+Every one carries a ``stimulus_id`` so a log line can be traced to its cause.
+Times are the scheduler's clock, passed in by the shell: core never reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .keys import Key
+
+
+@dataclass(slots=True)
+class GraphSubmitted:
+    """A client asked for ``wanted`` keys and sent the tasks they need.
+
+    ``specs`` values are opaque to the scheduler (a TaskSpec, or its pickled bytes
+    when workers are other processes); ``dependencies`` is what it schedules by.
+    ``annotations`` apply to every task of this submission (span, placement).
+    """
+
+    client: str
+    specs: dict[Key, Any]
+    dependencies: dict[Key, frozenset]
+    wanted: list[Key]
+    order: dict[Key, int] | None = None
+    annotations: dict[str, Any] | None = None
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class TaskFinished:
+    key: Key
+    worker: str
+    nbytes: int
+    startstops: list[tuple] = field(default_factory=list)
+    thread: int | None = None
+    type_name: str = ""
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class TaskErred:
+    key: Key
+    worker: str
+    exception: BaseException | None
+    traceback: Any
+    exception_text: str = ""
+    startstops: list[tuple] = field(default_factory=list)
+    thread: int | None = None
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class DependencyUnavailable:
+    """A worker could not fetch ``dependency`` from any holder for task ``key``."""
+
+    key: Key
+    dependency: Key
+    worker: str
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class ReplicasAdded:
+    """A worker now holds copies of these keys (it fetched them for a dependent)."""
+
+    worker: str
+    keys: list[Key]
+    nbytes: dict[Key, int] = field(default_factory=dict)
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class ClientReleasedKeys:
+    client: str
+    keys: list[Key]
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class ClientCancelledKeys:
+    client: str
+    keys: list[Key]
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class ClientAdded:
+    client: str
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class ClientRemoved:
+    client: str
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class WorkerAdded:
+    address: str
+    nthreads: int
+    memory_limit: int = 0
+    name: str = ""
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class WorkerRemoved:
+    address: str
+    reason: str = ""
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+# -- instructions --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ComputeTask:
+    worker: str
+    key: Key
+    spec: Any
+    who_has: dict[Key, tuple[str, ...]]
+    nbytes: dict[Key, int]
+    priority: tuple
+    prefix: str
+    span_id: str | None
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class FreeKeys:
+    """Drop these keys' data on a worker, or cancel them if they are still running."""
+
+    worker: str
+    keys: list[Key]
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class ReportKey:
+    """Tell a client about a key it holds a future for.
+
+    ``status`` is ``finished``, ``error``, ``cancelled`` or ``lost``.
+    """
+
+    client: str
+    key: Key
+    status: str
+    exception: BaseException | None = None
+    traceback: Any = None
+    stimulus_id: str = ""
+
+
+SchedulerEvent = (
+    GraphSubmitted
+    | TaskFinished
+    | TaskErred
+    | DependencyUnavailable
+    | ReplicasAdded
+    | ClientReleasedKeys
+    | ClientCancelledKeys
+    | ClientAdded
+    | ClientRemoved
+    | WorkerAdded
+    | WorkerRemoved
+)
+SchedulerInstruction = ComputeTask | FreeKeys | ReportKey

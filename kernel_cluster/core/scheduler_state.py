@@ -1,0 +1,799 @@
+"""The scheduler as a state machine: events in, instructions out, no I/O.
+
+One door, :meth:`SchedulerState.handle_stimulus`. Transitions are plain methods
+driven by explicit work lists rather than recursion, so a 100,000-task chain is
+released without touching Python's recursion limit.
+
+Reference counting: a task is *needed* while a client wants it or a dependent
+waits on it. A task nobody needs is released (its data dropped); a released task
+with no dependents and no client is forgotten. Released tasks that still have
+dependents stay as lineage, so lost data can be recomputed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import Any
+
+from .keys import Key, key_group, key_split
+from .scheduler_messages import (
+    ClientAdded,
+    ClientCancelledKeys,
+    ClientReleasedKeys,
+    ClientRemoved,
+    ComputeTask,
+    DependencyUnavailable,
+    FreeKeys,
+    GraphSubmitted,
+    ReplicasAdded,
+    ReportKey,
+    TaskErred,
+    TaskFinished,
+    WorkerAdded,
+    WorkerRemoved,
+)
+from .scheduler_tasks import (
+    PENDING_STATES,
+    ClientRecord,
+    TaskGroup,
+    TaskPrefix,
+    TaskState,
+    TaskStateName,
+    WorkerRecord,
+)
+
+TransitionHook = Callable[[TaskState, str, str, dict], None]
+
+
+class KilledWorker(RuntimeError):
+    """A task was running on workers that died too many times; it may be what kills them."""
+
+    def __init__(self, key: Key, last_worker: str, allowed_failures: int):
+        self.key = key
+        self.last_worker = last_worker
+        self.allowed_failures = allowed_failures
+        super().__init__(
+            f"Task {key!r} was running on a worker that died {allowed_failures + 1} times "
+            f"(last: {last_worker}). It may crash its worker (memory, segfault, os._exit); "
+            "run it alone to check, or raise `allowed_failures` if the workers are flaky."
+        )
+
+    def __reduce__(self):
+        return (KilledWorker, (self.key, self.last_worker, self.allowed_failures))
+
+
+class LostDependency(RuntimeError):
+    """A task was submitted with a future whose data was already released."""
+
+    def __init__(self, key: Key, dependency: Key):
+        self.key = key
+        self.dependency = dependency
+        super().__init__(
+            f"Task {key!r} depends on {dependency!r}, which the scheduler no longer has. "
+            "Keep a reference to the dependency's future until its dependents are submitted."
+        )
+
+    def __reduce__(self):
+        return (LostDependency, (self.key, self.dependency))
+
+
+_priority = attrgetter("priority")
+_NO_INPUTS: dict = {}  # shared by every task without inputs; never mutated
+
+
+class SchedulerState:
+    def __init__(
+        self,
+        *,
+        worker_saturation: float = 2.0,
+        allowed_failures: int = 3,
+        transition_log_length: int = 100_000,
+    ):
+        self.tasks: dict[Key, TaskState] = {}
+        self.workers: dict[str, WorkerRecord] = {}
+        self.clients: dict[str, ClientRecord] = {}
+        self.task_prefixes: dict[str, TaskPrefix] = {}
+        self.task_groups: dict[tuple[str, str | None], TaskGroup] = {}
+        self.worker_saturation = worker_saturation
+        self.allowed_failures = allowed_failures
+        self.queued: list[tuple[tuple, TaskState]] = []  # heap; stale entries skipped
+        self.unrunnable: set[TaskState] = set()  # restricted to workers that are gone
+        self.generation = 0
+        self._task_counter = 0  # makes priorities unique: heaps never compare tasks
+        self.total_nthreads = 0
+        self.transition_log: deque = deque(maxlen=transition_log_length or None)
+        self.log_transitions = transition_log_length > 0
+        self.on_transition: TransitionHook | None = None
+        self._instructions: list = []
+        self._stimulus_id = ""
+        self._ready: list[TaskState] = []
+
+    # -- the one door -----------------------------------------------------------------
+
+    def handle_stimulus(self, *events: Any) -> list:
+        out: list = []
+        for event in events:
+            self._stimulus_id = event.stimulus_id
+            self._instructions = out
+            handler = self._handlers[type(event)]
+            handler(self, event)
+            self._flush_ready()
+        self._instructions = []
+        return out
+
+    # -- graph ------------------------------------------------------------------------
+
+    def _handle_graph_submitted(self, ev: GraphSubmitted) -> None:
+        self.generation += 1
+        gen = self.generation
+        client = self._client(ev.client)
+        ann = ev.annotations or {}
+        span_id = ann.get("span_id")
+        restrictions = ann.get("workers")
+        loose = bool(ann.get("allow_other_workers", False))
+        order = ev.order or {}
+        tasks = self.tasks
+        new: list[TaskState] = []
+        for key, spec in ev.specs.items():
+            ts = tasks.get(key)
+            if ts is None:
+                self._task_counter += 1
+                ts = self._new_task(
+                    key, spec, span_id, (gen, order.get(key, 0), self._task_counter)
+                )
+                if restrictions:
+                    ts.worker_restrictions = frozenset(restrictions)
+                    ts.loose_restrictions = loose
+                if ann.get("extra"):
+                    ts.annotations = dict(ann["extra"])
+                new.append(ts)
+            elif ts.state == "released" and ts.spec is None:
+                ts.spec = spec
+        lost: list[tuple[TaskState, Key]] = []
+        deps_of = ev.dependencies
+        for ts in new:
+            for dep_key in deps_of.get(ts.key, ()):
+                dts = tasks.get(dep_key)
+                if dts is None:
+                    lost.append((ts, dep_key))
+                    continue
+                ts.dependencies.add(dts)
+                dts.dependents.add(ts)
+        for key in ev.wanted:
+            ts = tasks.get(key)
+            if ts is not None and ts not in client.wants_what:
+                client.wants_what.add(ts)
+                ts.who_wants.add(client)
+        for ts, dep_key in lost:
+            self._set_erred(ts, LostDependency(ts.key, dep_key), None, ts)
+        for key in ev.wanted:
+            ts = tasks.get(key)
+            if ts is None:
+                continue
+            if ts.state == "memory" or ts.state == "erred":
+                self._report(ts, client)
+            elif ts.state == "released":
+                self._compute(ts)
+        for ts in new:
+            if ts.state == "released" and not ts.who_wants and not ts.dependents:
+                self._forget(ts)
+
+    def _new_task(self, key: Key, spec: Any, span_id: str | None, priority: tuple) -> TaskState:
+        pname = key_split(key)
+        prefix = self.task_prefixes.get(pname)
+        if prefix is None:
+            prefix = self.task_prefixes[pname] = TaskPrefix(pname)
+        gkey = (pname if type(key) is not tuple else key_group(key), span_id)
+        group = self.task_groups.get(gkey)
+        if group is None:
+            group = self.task_groups[gkey] = TaskGroup(gkey[0], prefix, span_id)
+            prefix.groups.append(group)
+        group.n_live += 1
+        group.states["released"] += 1
+        ts = TaskState(key, spec, group, priority)
+        self.tasks[key] = ts
+        return ts
+
+    def _compute(self, root: TaskState) -> None:
+        """Make a released task (and its released inputs) run again."""
+        stack = [root]
+        while stack:
+            ts = stack.pop()
+            if ts.state != "released" or not (ts is root or ts.waiters or ts.who_wants):
+                continue
+            self._set_state(ts, "waiting")
+            for dts in ts.dependencies:
+                state = dts.state
+                if state == "memory":
+                    dts.waiters.add(ts)
+                    continue
+                if state == "erred":
+                    self._set_erred(ts, dts.exception, dts.traceback, dts.exception_blame or dts)
+                    break
+                dts.waiters.add(ts)
+                ts.waiting_on.add(dts)
+                if state == "released":
+                    stack.append(dts)
+            else:
+                if not ts.waiting_on:
+                    self._ready.append(ts)
+
+    # -- choosing a worker ------------------------------------------------------------
+
+    def _flush_ready(self) -> None:
+        if not self._ready:
+            return
+        ready = self._ready
+        self._ready = []
+        if len(ready) > 1:
+            ready.sort(key=_priority)
+        for ts in ready:
+            if ts.state == "waiting" and not ts.waiting_on:
+                self._schedule(ts)
+
+    def _schedule(self, ts: TaskState) -> None:
+        ws = self._decide_worker(ts)
+        if ws is None:
+            self._queue(ts)
+        else:
+            self._send(ts, ws)
+
+    def _decide_worker(self, ts: TaskState) -> WorkerRecord | None:
+        workers = self.workers
+        if not workers:
+            return None
+        if ts.worker_restrictions is not None:
+            allowed = [workers[a] for a in ts.worker_restrictions if a in workers]
+            if allowed:
+                return self._best_of(ts, allowed, saturate=False)
+            if not ts.loose_restrictions:
+                return None
+        if ts.dependencies:
+            return self._best_of(ts, workers.values(), saturate=False)
+        return self._best_of(ts, workers.values(), saturate=True)
+
+    def _best_of(
+        self, ts: TaskState, candidates: Iterable[WorkerRecord], saturate: bool
+    ) -> WorkerRecord | None:
+        """Most dependency bytes held locally, then the least occupied."""
+        best = None
+        best_score: tuple = ()
+        deps = ts.dependencies
+        for ws in candidates:
+            n = len(ws.processing)
+            if saturate and n >= ws.saturation_limit:
+                continue
+            local = 0
+            if deps:
+                for dts in deps:
+                    if ws in dts.who_has:
+                        local += dts.nbytes or 1
+            score = (-local, n / ws.nthreads)
+            if best is None or score < best_score:
+                best, best_score = ws, score
+        return best
+
+    def _queue(self, ts: TaskState) -> None:
+        self._set_state(ts, "queued")
+        if ts.worker_restrictions is not None:
+            self.unrunnable.add(ts)
+        else:
+            heapq.heappush(self.queued, (ts.priority, ts))
+
+    def _send(self, ts: TaskState, ws: WorkerRecord) -> None:
+        self._set_state(ts, "processing")
+        ts.processing_on = ws
+        ws.processing.add(ts)
+        if ts.dependencies:
+            who_has = {}
+            nbytes = {}
+            for dts in ts.dependencies:
+                who_has[dts.key] = tuple(w.address for w in dts.who_has)
+                nbytes[dts.key] = dts.nbytes
+        else:
+            who_has = nbytes = _NO_INPUTS
+        self._instructions.append(
+            ComputeTask(
+                ws.address,
+                ts.key,
+                ts.spec,
+                who_has,
+                nbytes,
+                ts.priority,
+                ts.prefix.name,
+                ts.group.span_id,
+                self._stimulus_id,
+            )
+        )
+
+    def _refill(self, ws: WorkerRecord) -> None:
+        """A slot freed on ``ws``: hand it the highest-priority queued task."""
+        queue = self.queued
+        while queue and len(ws.processing) < ws.saturation_limit:
+            ts = heapq.heappop(queue)[1]
+            if ts.state == "queued":
+                self._send(ts, ws)
+
+    def _update_saturation(self, ws: WorkerRecord) -> None:
+        sat = self.worker_saturation
+        if math.isinf(sat):
+            ws.saturation_limit = 1 << 62
+        else:
+            ws.saturation_limit = max(1, math.ceil(ws.nthreads * sat))
+
+    # -- results ----------------------------------------------------------------------
+
+    def _handle_task_finished(self, ev: TaskFinished) -> None:
+        ts = self.tasks.get(ev.key)
+        ws = self.workers.get(ev.worker)
+        if ws is None:
+            return
+        if ts is None or ts.processing_on is not ws:
+            if ts is not None and ts.state == "memory":
+                self._add_replica(ts, ws, ev.nbytes)
+            else:
+                self._instructions.append(FreeKeys(ws.address, [ev.key], self._stimulus_id))
+            return
+        ws.processing.discard(ts)
+        ts.processing_on = None
+        ts.nbytes = ev.nbytes
+        ts.type_name = ev.type_name
+        ts.group.nbytes_total += ev.nbytes
+        ts.prefix.nbytes_total += ev.nbytes
+        if ev.startstops:
+            ts.group.add_startstops(ev.startstops)
+            ts.prefix.add_startstops(ev.startstops)
+        self._add_replica(ts, ws, ev.nbytes)
+        self._set_state(ts, "memory", ev)
+        ready = self._ready
+        for dts in ts.dependents:
+            if dts.state == "waiting":
+                dts.waiting_on.discard(ts)
+                if not dts.waiting_on:
+                    ready.append(dts)
+        self._release_inputs(ts)
+        if ts.who_wants:
+            self._report(ts)
+        elif not ts.waiters:
+            self._release(ts)
+        self._refill(ws)
+
+    def _add_replica(self, ts: TaskState, ws: WorkerRecord, nbytes: int) -> None:
+        if ws not in ts.who_has:
+            ts.who_has.add(ws)
+            ws.has_what.add(ts)
+            ws.nbytes += nbytes
+
+    def _release_inputs(self, ts: TaskState) -> None:
+        """``ts`` no longer waits on its dependencies: release those nobody needs."""
+        for dts in ts.dependencies:
+            dts.waiters.discard(ts)
+            if not dts.waiters and not dts.who_wants and dts.state != "released":
+                self._release(dts)
+
+    def _handle_task_erred(self, ev: TaskErred) -> None:
+        ts = self.tasks.get(ev.key)
+        ws = self.workers.get(ev.worker)
+        if ts is None or ws is None or ts.processing_on is not ws:
+            return
+        ws.processing.discard(ts)
+        ts.processing_on = None
+        if ev.startstops:
+            ts.group.add_startstops(ev.startstops)
+            ts.prefix.add_startstops(ev.startstops)
+        ts.exception_text = ev.exception_text
+        self._set_erred(ts, ev.exception, ev.traceback, ts, ev)
+        self._refill(ws)
+
+    def _set_erred(
+        self,
+        root: TaskState,
+        exception: BaseException | None,
+        traceback: Any,
+        blame: TaskState,
+        ev: Any = None,
+    ) -> None:
+        """``root`` failed: it and every dependent still to run fail with the same error."""
+        stack = [root]
+        while stack:
+            ts = stack.pop()
+            if ts.state == "erred" or ts.state == "memory":
+                continue
+            ws = ts.processing_on
+            if ws is not None:  # a dependent running elsewhere: stop it
+                ws.processing.discard(ts)
+                ts.processing_on = None
+                self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+                self._refill(ws)
+            for dts in ts.waiting_on:
+                dts.waiters.discard(ts)
+            ts.waiting_on.clear()
+            ts.exception = exception
+            ts.traceback = traceback
+            ts.exception_blame = blame
+            self._set_state(ts, "erred", ev if ts is root else None)
+            self._release_inputs(ts)
+            if ts.who_wants:
+                self._report(ts)
+            stack.extend(ts.dependents)
+
+    def _report(self, ts: TaskState, only: ClientRecord | None = None) -> None:
+        clients = (only,) if only is not None else ts.who_wants
+        state = ts.state
+        for cs in clients:
+            if state == "memory":
+                self._instructions.append(
+                    ReportKey(cs.id, ts.key, "finished", None, None, self._stimulus_id)
+                )
+            elif state == "erred":
+                self._instructions.append(
+                    ReportKey(cs.id, ts.key, "error", ts.exception, ts.traceback, self._stimulus_id)
+                )
+
+    def _handle_replicas_added(self, ev: ReplicasAdded) -> None:
+        ws = self.workers.get(ev.worker)
+        if ws is None:
+            return
+        stale = []
+        for key in ev.keys:
+            ts = self.tasks.get(key)
+            if ts is not None and ts.state == "memory":
+                self._add_replica(ts, ws, ev.nbytes.get(key, ts.nbytes))
+            else:
+                stale.append(key)
+        if stale:
+            self._instructions.append(FreeKeys(ws.address, stale, self._stimulus_id))
+
+    def _handle_dependency_unavailable(self, ev: DependencyUnavailable) -> None:
+        """A worker failed to fetch an input: forget that holder and run the task again."""
+        ts = self.tasks.get(ev.key)
+        dts = self.tasks.get(ev.dependency)
+        ws = self.workers.get(ev.worker)
+        if dts is not None:
+            for holder in list(dts.who_has):
+                if holder.address not in self.workers:
+                    self._drop_replica(dts, holder)
+        if ts is None or ws is None or ts.processing_on is not ws:
+            return
+        self._reschedule(ts)
+
+    def _reschedule(self, ts: TaskState) -> None:
+        """Take a processing task back and schedule it again from scratch."""
+        ws = ts.processing_on
+        if ws is not None:
+            ws.processing.discard(ts)
+            ts.processing_on = None
+            self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+        self._set_state(ts, "waiting")
+        for dts in ts.dependencies:
+            dts.waiters.add(ts)
+            if dts.state != "memory":
+                ts.waiting_on.add(dts)
+                if dts.state == "released":
+                    self._compute(dts)
+        if not ts.waiting_on:
+            self._ready.append(ts)
+        if ws is not None:
+            self._refill(ws)
+
+    # -- releasing and forgetting -----------------------------------------------------
+
+    def _handle_client_released_keys(self, ev: ClientReleasedKeys) -> None:
+        cs = self.clients.get(ev.client)
+        if cs is None:
+            return
+        for key in ev.keys:
+            ts = self.tasks.get(key)
+            if ts is not None and cs in ts.who_wants:
+                self._unwant(ts, cs)
+
+    def _unwant(self, ts: TaskState, cs: ClientRecord) -> None:
+        ts.who_wants.discard(cs)
+        cs.wants_what.discard(ts)
+        if ts.who_wants or ts.waiters:
+            return
+        if ts.state == "released" or ts.state == "erred":
+            self._maybe_forget(ts)
+        else:
+            self._release(ts)
+
+    def _release(self, root: TaskState) -> None:
+        """Drop a task's data or stop it running; cascade to inputs nobody needs any more."""
+        stack = [root]
+        while stack:
+            ts = stack.pop()
+            state = ts.state
+            if state == "released" or state == "forgotten":
+                continue
+            if state == "processing":
+                ws = ts.processing_on
+                assert ws is not None
+                ws.processing.discard(ts)
+                ts.processing_on = None
+                self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+                self._refill(ws)
+            elif state == "memory":
+                for ws in ts.who_has:
+                    ws.has_what.discard(ts)
+                    ws.nbytes -= ts.nbytes
+                    self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+                ts.who_has.clear()
+            elif state == "queued":
+                self.unrunnable.discard(ts)
+            elif state == "erred":
+                ts.exception = ts.traceback = ts.exception_blame = None
+            if state in PENDING_STATES:
+                ts.waiting_on.clear()
+                for dts in ts.dependencies:
+                    dts.waiters.discard(ts)
+                    if not dts.waiters and not dts.who_wants and dts.state != "released":
+                        stack.append(dts)
+            self._set_state(ts, "released")
+            if not ts.dependents and not ts.who_wants:
+                self._forget(ts)
+            elif ts.waiters:
+                # a dependent still needs it: compute it again
+                self._compute(ts)
+
+    def _maybe_forget(self, ts: TaskState) -> None:
+        if ts.dependents or ts.who_wants:
+            return
+        if ts.state == "erred":
+            ts.exception = ts.traceback = ts.exception_blame = None
+            self._set_state(ts, "released")
+        if ts.state == "released":
+            self._forget(ts)
+
+    def _forget(self, root: TaskState) -> None:
+        stack = [root]
+        while stack:
+            ts = stack.pop()
+            if ts.state == "forgotten":
+                continue
+            assert not ts.dependents and not ts.who_wants, ts
+            self._set_state(ts, "forgotten")
+            del self.tasks[ts.key]
+            group = ts.group
+            group.n_live -= 1
+            if group.n_live == 0:
+                self.task_groups.pop((group.name, group.span_id), None)
+                group.prefix.groups.remove(group)
+            for dts in ts.dependencies:
+                dts.dependents.discard(ts)
+                dts.waiters.discard(ts)
+                if dts.dependents or dts.who_wants:
+                    continue
+                if dts.state == "released":
+                    stack.append(dts)
+                elif dts.state == "erred":
+                    dts.exception = dts.traceback = dts.exception_blame = None
+                    self._set_state(dts, "released")
+                    stack.append(dts)
+                elif dts.state == "memory" and not dts.waiters:
+                    self._release(dts)
+            ts.dependencies.clear()
+
+    def _handle_client_cancelled_keys(self, ev: ClientCancelledKeys) -> None:
+        cs = self.clients.get(ev.client)
+        if cs is None:
+            return
+        for key in ev.keys:
+            ts = self.tasks.get(key)
+            if ts is None:
+                continue
+            if ts.who_wants - {cs}:
+                # other clients still want it: cancel only this client's future
+                self._instructions.append(
+                    ReportKey(cs.id, ts.key, "cancelled", stimulus_id=self._stimulus_id)
+                )
+                self._unwant(ts, cs)
+                continue
+            # cancel the task and everything downstream that has not finished
+            pending = []
+            stack = [ts]
+            seen = set()
+            while stack:
+                t = stack.pop()
+                if t in seen or t.state in ("memory", "forgotten"):
+                    continue
+                seen.add(t)
+                pending.append(t)
+                stack.extend(t.dependents)
+            if ts.state == "memory":
+                pending.insert(0, ts)
+            for t in pending:
+                for c in list(t.who_wants):
+                    self._instructions.append(
+                        ReportKey(c.id, t.key, "cancelled", stimulus_id=self._stimulus_id)
+                    )
+                    c.wants_what.discard(t)
+                t.who_wants.clear()
+            for t in reversed(pending):
+                if t.state in ("released", "forgotten"):
+                    if t.state == "released":
+                        self._maybe_forget(t)
+                    continue
+                if t.state == "erred":
+                    self._maybe_forget(t)
+                else:
+                    self._release(t)
+
+    # -- clients and workers ----------------------------------------------------------
+
+    def _client(self, client_id: str) -> ClientRecord:
+        cs = self.clients.get(client_id)
+        if cs is None:
+            cs = self.clients[client_id] = ClientRecord(client_id)
+        return cs
+
+    def _handle_client_added(self, ev: ClientAdded) -> None:
+        self._client(ev.client)
+
+    def _handle_client_removed(self, ev: ClientRemoved) -> None:
+        cs = self.clients.pop(ev.client, None)
+        if cs is None:
+            return
+        for ts in list(cs.wants_what):
+            self._unwant(ts, cs)
+
+    def _handle_worker_added(self, ev: WorkerAdded) -> None:
+        if ev.address in self.workers:
+            return
+        ws = WorkerRecord(ev.address, ev.nthreads, ev.memory_limit, ev.name)
+        self._update_saturation(ws)
+        self.workers[ev.address] = ws
+        self.total_nthreads += ws.nthreads
+        for ts in list(self.unrunnable):
+            if ts.worker_restrictions and ev.address in ts.worker_restrictions:
+                self.unrunnable.discard(ts)
+                self._set_state(ts, "waiting")
+                self._ready.append(ts)
+        self._refill(ws)
+
+    def _handle_worker_removed(self, ev: WorkerRemoved) -> None:
+        ws = self.workers.pop(ev.address, None)
+        if ws is None:
+            return
+        self.total_nthreads -= ws.nthreads
+        for ts in sorted(ws.processing):
+            ws.processing.discard(ts)
+            ts.processing_on = None
+            ts.suspicious += 1
+            if ts.suspicious > self.allowed_failures:
+                err = KilledWorker(ts.key, ws.address, self.allowed_failures)
+                self._set_state(ts, "waiting")  # erred from a pending state
+                self._set_erred(ts, err, None, ts)
+            else:
+                self._set_state(ts, "waiting")
+                self._requeue_waiting(ts)
+        for ts in list(ws.has_what):
+            self._drop_replica(ts, ws)
+        if not self.workers:
+            return
+        # tasks stuck behind restrictions to a dead worker may be allowed elsewhere
+        for ts in list(self.unrunnable):
+            if ts.loose_restrictions:
+                self.unrunnable.discard(ts)
+                self._set_state(ts, "waiting")
+                self._ready.append(ts)
+
+    def _requeue_waiting(self, ts: TaskState) -> None:
+        ts.waiting_on.clear()
+        for dts in ts.dependencies:
+            dts.waiters.add(ts)
+            if dts.state != "memory":
+                ts.waiting_on.add(dts)
+                if dts.state == "released":
+                    self._compute(dts)
+        if not ts.waiting_on:
+            self._ready.append(ts)
+
+    def _drop_replica(self, ts: TaskState, ws: WorkerRecord) -> None:
+        """``ws`` lost its copy of ``ts``; with no copy left, recompute it if it is needed."""
+        ts.who_has.discard(ws)
+        ws.has_what.discard(ts)
+        ws.nbytes -= ts.nbytes
+        if ts.who_has or ts.state != "memory":
+            return
+        self._set_state(ts, "released")
+        for cs in ts.who_wants:
+            self._instructions.append(
+                ReportKey(cs.id, ts.key, "lost", stimulus_id=self._stimulus_id)
+            )
+        # dependents already running elsewhere may not have their copy yet: run them again
+        for dts in list(ts.dependents):
+            if dts.state == "processing" and ts in dts.dependencies:
+                self._reschedule(dts)
+            elif dts.state == "waiting":
+                dts.waiting_on.add(ts)
+        if ts.who_wants or ts.waiters:
+            self._compute(ts)
+        elif not ts.dependents:
+            self._forget(ts)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _set_state(self, ts: TaskState, new: TaskStateName, ev: Any = None) -> None:
+        old = ts.state
+        ts.state = new
+        gs = ts.group.states
+        gs[old] -= 1
+        gs[new] += 1
+        if self.log_transitions:
+            self.transition_log.append((ts.key, old, new, self._stimulus_id))
+        if self.on_transition is not None:
+            self.on_transition(ts, old, new, {"event": ev})
+
+    def story(self, *keys: Key) -> list[tuple]:
+        """Every logged transition of these keys, oldest first."""
+        wanted = set(keys)
+        return [entry for entry in self.transition_log if entry[0] in wanted]
+
+    def validate_state(self) -> None:
+        """Check every invariant; tests call this after each scenario."""
+        for key, ts in self.tasks.items():
+            assert ts.key == key
+            assert ts.state != "forgotten", ts
+            if ts.state == "memory":
+                assert ts.who_has, ts
+                assert ts.processing_on is None, ts
+            else:
+                assert not ts.who_has, (ts, ts.who_has)
+            if ts.state == "processing":
+                assert ts.processing_on is not None and ts in ts.processing_on.processing, ts
+                assert all(d.state == "memory" for d in ts.dependencies), ts
+            else:
+                assert ts.processing_on is None, ts
+            if ts.state == "waiting":
+                assert ts.waiting_on == {d for d in ts.dependencies if d.state != "memory"}, ts
+            for dts in ts.dependencies:
+                assert ts in dts.dependents, (ts, dts)
+                assert dts.key in self.tasks, (ts, dts)
+            for dts in ts.waiters:
+                assert dts.state in PENDING_STATES, (ts, dts)
+                assert ts in dts.dependencies, (ts, dts)
+            if ts.state in PENDING_STATES:
+                for dts in ts.dependencies:
+                    assert ts in dts.waiters, (ts, dts)
+            for cs in ts.who_wants:
+                assert ts in cs.wants_what
+            if ts.state == "released":
+                assert ts.dependents or ts.who_wants, f"{ts} should have been forgotten"
+            if not ts.who_wants and not ts.waiters:
+                assert ts.state not in PENDING_STATES, f"{ts} runs but nobody needs it"
+                assert ts.state != "memory", f"{ts} holds data nobody needs"
+        for ws in self.workers.values():
+            for ts in ws.processing:
+                assert ts.processing_on is ws, ts
+            for ts in ws.has_what:
+                assert ws in ts.who_has, ts
+        for cs in self.clients.values():
+            for ts in cs.wants_what:
+                assert cs in ts.who_wants
+        counts: dict = {}
+        for ts in self.tasks.values():
+            counts[(ts.group.name, ts.group.span_id, ts.state)] = (
+                counts.get((ts.group.name, ts.group.span_id, ts.state), 0) + 1
+            )
+        for (gname, span_id), group in self.task_groups.items():
+            for state, n in group.states.items():
+                if state not in ("forgotten",):
+                    assert counts.get((gname, span_id, state), 0) == n, (group, state, n)
+
+    _handlers: dict[type, Callable[[SchedulerState, Any], None]] = {
+        GraphSubmitted: _handle_graph_submitted,
+        TaskFinished: _handle_task_finished,
+        TaskErred: _handle_task_erred,
+        DependencyUnavailable: _handle_dependency_unavailable,
+        ReplicasAdded: _handle_replicas_added,
+        ClientReleasedKeys: _handle_client_released_keys,
+        ClientCancelledKeys: _handle_client_cancelled_keys,
+        ClientAdded: _handle_client_added,
+        ClientRemoved: _handle_client_removed,
+        WorkerAdded: _handle_worker_added,
+        WorkerRemoved: _handle_worker_removed,
+    }

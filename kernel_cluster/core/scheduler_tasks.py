@@ -1,0 +1,211 @@
+"""The scheduler's records: tasks, their groups and prefixes, workers and clients.
+
+Plain slotted classes; only :mod:`.scheduler_state` changes them. Aggregates
+(TaskGroup, TaskPrefix) are kept up to date on every transition so the
+instruments can read counts and durations without walking tasks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Literal
+
+from .keys import Key
+
+TaskStateName = Literal[
+    "released", "waiting", "queued", "processing", "memory", "erred", "forgotten"
+]
+ALL_STATES: tuple[TaskStateName, ...] = (
+    "released",
+    "waiting",
+    "queued",
+    "processing",
+    "memory",
+    "erred",
+    "forgotten",
+)
+PENDING_STATES = frozenset({"waiting", "queued", "processing"})
+
+
+class _Aggregate:
+    """State counts, per-action durations, bytes and time range over many tasks."""
+
+    __slots__ = ("all_durations", "name", "nbytes_total", "start", "stop")
+    states: dict[str, int]
+
+    def __init__(self, name: str):
+        self.name = name
+        self.all_durations: defaultdict[str, float] = defaultdict(float)
+        self.nbytes_total = 0
+        self.start = 0.0
+        self.stop = 0.0
+
+    def add_startstops(self, startstops: list[tuple]) -> None:
+        for action, start, stop, *_ in startstops:
+            self.all_durations[action] += stop - start
+            if action == "compute":
+                if not self.start or start < self.start:
+                    self.start = start
+                if stop > self.stop:
+                    self.stop = stop
+
+    @property
+    def duration(self) -> float:
+        return sum(self.all_durations.values())
+
+    @property
+    def done(self) -> bool:
+        """Every task is finished one way or another (nothing waiting or running)."""
+        s = self.states
+        return not (s["waiting"] or s["queued"] or s["processing"])
+
+
+class TaskPrefix(_Aggregate):
+    """All tasks sharing a readable prefix (``inc``), across the whole session.
+
+    Durations and bytes accumulate here; state counts are summed from the live
+    groups when read, so a transition updates one counter, not two.
+    """
+
+    __slots__ = ("groups",)
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.groups: list[TaskGroup] = []
+
+    @property  # type: ignore[override]
+    def states(self) -> dict[str, int]:
+        total = dict.fromkeys(ALL_STATES, 0)
+        for group in self.groups:
+            for state, n in group.states.items():
+                total[state] += n
+        return total
+
+    def __repr__(self) -> str:
+        return f"<TaskPrefix {self.name!r}>"
+
+
+class TaskGroup(_Aggregate):
+    """Tasks of one collection (or one prefix) submitted under one span."""
+
+    __slots__ = ("n_live", "prefix", "span_id", "states")
+
+    def __init__(self, name: str, prefix: TaskPrefix, span_id: str | None):
+        super().__init__(name)
+        self.states = dict.fromkeys(ALL_STATES, 0)
+        self.prefix = prefix
+        self.span_id = span_id
+        self.n_live = 0
+
+    def __repr__(self) -> str:
+        return f"<TaskGroup {self.name!r} span={self.span_id} {self.states_summary()}>"
+
+    def states_summary(self) -> str:
+        return ", ".join(f"{k}: {v}" for k, v in self.states.items() if v)
+
+
+class WorkerRecord:
+    """What the scheduler knows of one worker."""
+
+    __slots__ = (
+        "address",
+        "has_what",
+        "memory_limit",
+        "name",
+        "nbytes",
+        "nthreads",
+        "processing",
+        "saturation_limit",
+    )
+
+    def __init__(self, address: str, nthreads: int, memory_limit: int, name: str):
+        self.address = address
+        self.nthreads = nthreads
+        self.memory_limit = memory_limit
+        self.name = name or address
+        self.processing: set[TaskState] = set()
+        self.has_what: set[TaskState] = set()
+        self.nbytes = 0
+        self.saturation_limit = nthreads
+
+    def __repr__(self) -> str:
+        return f"<WorkerRecord {self.address} processing={len(self.processing)}>"
+
+
+class ClientRecord:
+    __slots__ = ("id", "wants_what")
+
+    def __init__(self, client_id: str):
+        self.id = client_id
+        self.wants_what: set[TaskState] = set()
+
+
+class TaskState:
+    """One key on the scheduler.
+
+    ``waiters`` are dependents that still need this task's data;
+    ``waiting_on`` are dependencies not yet in memory. A task is *needed* while
+    a client wants it or a waiter waits on it.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "annotations",
+        "dependencies",
+        "dependents",
+        "exception",
+        "exception_blame",
+        "exception_text",
+        "group",
+        "key",
+        "loose_restrictions",
+        "nbytes",
+        "prefix",
+        "priority",
+        "processing_on",
+        "spec",
+        "state",
+        "suspicious",
+        "traceback",
+        "type_name",
+        "waiters",
+        "waiting_on",
+        "who_has",
+        "who_wants",
+        "worker_restrictions",
+    )
+
+    def __init__(self, key: Key, spec: Any, group: TaskGroup, priority: tuple):
+        self.key = key
+        self.spec = spec
+        self.group = group
+        self.prefix = group.prefix
+        self.priority = priority
+        self.state: TaskStateName = "released"
+        self.dependencies: set[TaskState] = set()
+        self.dependents: set[TaskState] = set()
+        self.waiters: set[TaskState] = set()
+        self.waiting_on: set[TaskState] = set()
+        self.who_wants: set[ClientRecord] = set()
+        self.who_has: set[WorkerRecord] = set()
+        self.processing_on: WorkerRecord | None = None
+        self.nbytes = 0
+        self.type_name = ""
+        self.exception: BaseException | None = None
+        self.traceback: Any = None
+        self.exception_text = ""
+        self.exception_blame: TaskState | None = None
+        self.suspicious = 0
+        self.worker_restrictions: frozenset[str] | None = None
+        self.loose_restrictions = False
+        self.annotations: dict[str, Any] | None = None
+
+    @property
+    def span_id(self) -> str | None:
+        return self.group.span_id
+
+    def __repr__(self) -> str:
+        return f"<TaskState {self.key!r} {self.state}>"
+
+    def __lt__(self, other: TaskState) -> bool:
+        return self.priority < other.priority

@@ -1,0 +1,156 @@
+"""Events the worker state machine accepts and the instructions it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .keys import Key
+
+
+@dataclass(slots=True)
+class ComputeRequested:
+    key: Key
+    spec: Any
+    who_has: Mapping[Key, tuple[str, ...]]
+    nbytes: Mapping[Key, int]
+    priority: tuple
+    prefix: str
+    span_id: str | None = None
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class FreeKeysRequested:
+    keys: list[Key]
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class ExecuteSucceeded:
+    key: Key
+    value: Any
+    nbytes: int
+    type_name: str
+    startstops: list[tuple]
+    thread: int | None = None
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class ExecuteFailed:
+    key: Key
+    exception: BaseException
+    traceback: Any
+    exception_text: str
+    startstops: list[tuple]
+    thread: int | None = None
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class ExecuteSkipped:
+    """A task thread found the task cancelled (or the worker paused) and did not run it."""
+
+    key: Key
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class GatherDepSucceeded:
+    """Data arrived from ``worker``; keys it did not have are simply absent."""
+
+    worker: str
+    data: dict[Key, Any]
+    nbytes: dict[Key, int]
+    start: float
+    stop: float
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class GatherDepFailed:
+    """``worker`` could not be reached; try other holders of these keys."""
+
+    worker: str
+    keys: list[Key]
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class PauseChanged:
+    paused: bool
+    stimulus_id: str = ""
+
+
+# -- instructions --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Execute:
+    key: Key
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class GatherDep:
+    worker: str
+    keys: list[Key]
+    total_nbytes: int
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class SendTaskFinished:
+    key: Key
+    nbytes: int
+    type_name: str
+    startstops: list[tuple]
+    thread: int | None
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class SendTaskErred:
+    key: Key
+    exception: BaseException
+    traceback: Any
+    exception_text: str
+    startstops: list[tuple]
+    thread: int | None
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class SendReplicasAdded:
+    keys: list[Key]
+    nbytes: dict[Key, int] = field(default_factory=dict)
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class SendDependencyUnavailable:
+    key: Key
+    dependency: Key
+    stimulus_id: str = ""
+
+
+WorkerEvent = (
+    ComputeRequested
+    | FreeKeysRequested
+    | ExecuteSucceeded
+    | ExecuteFailed
+    | ExecuteSkipped
+    | GatherDepSucceeded
+    | GatherDepFailed
+    | PauseChanged
+)
+WorkerInstruction = (
+    Execute
+    | GatherDep
+    | SendTaskFinished
+    | SendTaskErred
+    | SendReplicasAdded
+    | SendDependencyUnavailable
+)

@@ -1,0 +1,454 @@
+"""A worker as a state machine: which tasks wait, run, fetch inputs or hold data.
+
+The shell (engine/worker.py) turns the instructions into thread-pool work and
+network fetches and feeds the outcomes back as events. ``data`` is injected: a
+plain dict, or a spill buffer that moves values to disk; core does not care.
+
+Task states here: ``waiting`` (inputs missing), ``ready``, ``executing``,
+``memory``, ``error``, and for inputs held elsewhere ``fetch`` -> ``flight``.
+A task the scheduler no longer wants while it runs or travels is marked
+``cancelled``; its outcome is dropped when it arrives.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, MutableMapping
+from typing import Any, Literal
+
+from .keys import Key
+from .worker_messages import (
+    ComputeRequested,
+    Execute,
+    ExecuteFailed,
+    ExecuteSkipped,
+    ExecuteSucceeded,
+    FreeKeysRequested,
+    GatherDep,
+    GatherDepFailed,
+    GatherDepSucceeded,
+    PauseChanged,
+    SendDependencyUnavailable,
+    SendReplicasAdded,
+    SendTaskErred,
+    SendTaskFinished,
+)
+
+WorkerTaskStateName = Literal[
+    "released", "waiting", "ready", "executing", "memory", "error", "fetch", "flight"
+]
+ACTIVE = frozenset({"waiting", "ready", "executing"})
+
+
+class WorkerTask:
+    __slots__ = (
+        "cancelled",
+        "dependencies",
+        "dependents",
+        "key",
+        "nbytes",
+        "prefix",
+        "priority",
+        "requested",
+        "span_id",
+        "spec",
+        "startstops",
+        "state",
+        "waiting_for_data",
+        "who_has",
+    )
+
+    def __init__(self, key: Key):
+        self.key = key
+        self.state: WorkerTaskStateName = "released"
+        self.spec: Any = None
+        self.priority: tuple = ()
+        self.prefix = ""
+        self.span_id: str | None = None
+        self.dependencies: set[WorkerTask] = set()
+        self.dependents: set[WorkerTask] = set()
+        self.waiting_for_data: set[WorkerTask] = set()
+        self.who_has: tuple[str, ...] = ()
+        self.nbytes = 0
+        self.startstops: list[tuple] = []
+        self.requested = False  # the scheduler asked this worker to compute it
+        self.cancelled = False
+
+    def __repr__(self) -> str:
+        flag = " cancelled" if self.cancelled else ""
+        return f"<WorkerTask {self.key!r} {self.state}{flag}>"
+
+    def __lt__(self, other: WorkerTask) -> bool:
+        return self.priority < other.priority
+
+
+class WorkerState:
+    def __init__(
+        self,
+        *,
+        address: str,
+        nthreads: int,
+        data: MutableMapping | None = None,
+        prefetch: int | None = None,
+        max_concurrent_gathers: int = 8,
+        max_gather_nbytes: int = 64 * 2**20,
+        transition_log_length: int = 10_000,
+    ):
+        self.address = address
+        self.nthreads = nthreads
+        # Tasks handed to the thread pool beyond one per thread, so threads go from
+        # task to task without waiting for the event loop; results come back in batches.
+        self.prefetch = max(8, 2 * nthreads) if prefetch is None else prefetch
+        self.data: MutableMapping = {} if data is None else data
+        self.tasks: dict[Key, WorkerTask] = {}
+        self.ready: list[tuple[tuple, WorkerTask]] = []  # heap; stale entries skipped
+        self.executing: set[WorkerTask] = set()
+        self.fetch: set[WorkerTask] = set()
+        self.in_flight: dict[str, set[WorkerTask]] = {}  # peer -> tasks travelling from it
+        self.paused = False
+        self.max_concurrent_gathers = max_concurrent_gathers
+        self.max_gather_nbytes = max_gather_nbytes
+        self.transition_log: deque = deque(maxlen=transition_log_length or None)
+        self.on_transition: Callable[[WorkerTask, str, str], None] | None = None
+        self._out: list = []
+        self._stimulus_id = ""
+
+    def handle_stimulus(self, *events: Any) -> list:
+        out: list = []
+        self._out = out
+        for event in events:
+            self._stimulus_id = event.stimulus_id
+            self._handlers[type(event)](self, event)
+        self._ensure_communicating()
+        self._ensure_computing()
+        self._out = []
+        return out
+
+    # -- scheduler requests -----------------------------------------------------------
+
+    def _handle_compute_requested(self, ev: ComputeRequested) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None:
+            ts = self.tasks[ev.key] = WorkerTask(ev.key)
+        ts.requested = True
+        ts.cancelled = False
+        state = ts.state
+        if state == "memory":
+            self._out.append(SendTaskFinished(ts.key, ts.nbytes, "", [], None, self._stimulus_id))
+            return
+        if state in ACTIVE or state == "flight":
+            return  # already on its way; a flight result is reported on arrival
+        if state == "fetch":
+            self.fetch.discard(ts)
+        ts.spec = ev.spec
+        ts.priority = ev.priority
+        ts.prefix = ev.prefix
+        ts.span_id = ev.span_id
+        ts.startstops = []
+        for dep_key, holders in ev.who_has.items():
+            dts = self.tasks.get(dep_key)
+            if dts is None:
+                dts = self.tasks[dep_key] = WorkerTask(dep_key)
+            ts.dependencies.add(dts)
+            dts.dependents.add(ts)
+            if dts.state == "memory":
+                continue
+            ts.waiting_for_data.add(dts)
+            if dts.state in ("released", "fetch", "error"):
+                dts.who_has = tuple(h for h in holders if h != self.address)
+                dts.nbytes = ev.nbytes.get(dep_key, 0)
+                if not dts.priority or ev.priority < dts.priority:
+                    dts.priority = ev.priority
+                dts.cancelled = False
+                if dts.state != "fetch":
+                    self._set_state(dts, "fetch")
+                    self.fetch.add(dts)
+            elif dts.state == "flight":
+                dts.cancelled = False
+        if ts.waiting_for_data:
+            self._set_state(ts, "waiting")
+        else:
+            self._make_ready(ts)
+
+    def _make_ready(self, ts: WorkerTask) -> None:
+        self._set_state(ts, "ready")
+        heapq.heappush(self.ready, (ts.priority, ts))
+
+    def _handle_free_keys_requested(self, ev: FreeKeysRequested) -> None:
+        for key in ev.keys:
+            ts = self.tasks.get(key)
+            if ts is not None:
+                ts.requested = False
+                self._release(ts)
+
+    def _release(self, ts: WorkerTask) -> None:
+        state = ts.state
+        if (
+            state == "executing"
+            or state == "flight"
+            or any(d.state in ACTIVE for d in ts.dependents)
+        ):
+            # running, travelling or still read by a local task: drop it when that ends
+            ts.cancelled = True
+            return
+        if state == "memory":
+            self.data.pop(ts.key, None)
+        elif state == "fetch":
+            self.fetch.discard(ts)
+        self._set_state(ts, "released")
+        self._detach(ts)
+        self._forget_if_unused(ts)
+
+    def _detach(self, ts: WorkerTask) -> None:
+        """``ts`` is done with its inputs: let go of fetched inputs nobody else needs."""
+        ts.waiting_for_data.clear()
+        for dts in ts.dependencies:
+            dts.dependents.discard(ts)
+            if dts.dependents:
+                continue
+            if dts.cancelled or (not dts.requested and dts.state in ("fetch", "flight")):
+                self._release(dts)
+            elif dts.state == "released":
+                self._forget_if_unused(dts)
+        ts.dependencies.clear()
+
+    def _forget_if_unused(self, ts: WorkerTask) -> None:
+        if ts.state == "released" and not ts.dependents and not ts.requested:
+            self.tasks.pop(ts.key, None)
+
+    def _handle_pause_changed(self, ev: PauseChanged) -> None:
+        self.paused = ev.paused
+
+    # -- execution --------------------------------------------------------------------
+
+    def _ensure_computing(self) -> None:
+        if self.paused:
+            return
+        ready = self.ready
+        limit = self.nthreads + self.prefetch
+        while ready and len(self.executing) < limit:
+            ts = heapq.heappop(ready)[1]
+            if ts.state != "ready":
+                continue
+            self._set_state(ts, "executing")
+            self.executing.add(ts)
+            self._out.append(Execute(ts.key, self._stimulus_id))
+
+    def _handle_execute_succeeded(self, ev: ExecuteSucceeded) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "executing":
+            return
+        self.executing.discard(ts)
+        if ts.cancelled:
+            ts.cancelled = False
+            self._set_state(ts, "released")
+            self._detach(ts)
+            self._forget_if_unused(ts)
+            return
+        self.data[ts.key] = ev.value
+        ts.nbytes = ev.nbytes
+        self._set_state(ts, "memory")
+        self._out.append(
+            SendTaskFinished(
+                ts.key,
+                ev.nbytes,
+                ev.type_name,
+                ts.startstops + ev.startstops if ts.startstops else ev.startstops,
+                ev.thread,
+                self._stimulus_id,
+            )
+        )
+        ts.startstops = []
+        ts.spec = None
+        self._detach(ts)
+        self._wake_dependents(ts)
+
+    def _handle_execute_failed(self, ev: ExecuteFailed) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "executing":
+            return
+        self.executing.discard(ts)
+        if ts.cancelled:
+            ts.cancelled = False
+            self._set_state(ts, "released")
+            self._detach(ts)
+            self._forget_if_unused(ts)
+            return
+        self._set_state(ts, "error")
+        self._out.append(
+            SendTaskErred(
+                ts.key,
+                ev.exception,
+                ev.traceback,
+                ev.exception_text,
+                ts.startstops + ev.startstops,
+                ev.thread,
+                self._stimulus_id,
+            )
+        )
+        ts.spec = None
+        self._detach(ts)
+
+    def _handle_execute_skipped(self, ev: ExecuteSkipped) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "executing":
+            return
+        self.executing.discard(ts)
+        if ts.cancelled:
+            ts.cancelled = False
+            self._set_state(ts, "released")
+            self._detach(ts)
+            self._forget_if_unused(ts)
+        else:  # re-requested meanwhile, or skipped for a pause: run it later
+            self._make_ready(ts)
+
+    def _wake_dependents(self, ts: WorkerTask) -> None:
+        for dts in ts.dependents:
+            if dts.state == "waiting":
+                dts.waiting_for_data.discard(ts)
+                if not dts.waiting_for_data:
+                    self._make_ready(dts)
+
+    # -- fetching inputs from peers ---------------------------------------------------
+
+    def _ensure_communicating(self) -> None:
+        if not self.fetch:
+            return
+        by_peer: dict[str, list[WorkerTask]] = {}
+        for ts in sorted(self.fetch):
+            peer = self._pick_peer(ts)
+            if peer is None:
+                continue
+            by_peer.setdefault(peer, []).append(ts)
+        for peer, tss in by_peer.items():
+            if len(self.in_flight) >= self.max_concurrent_gathers:
+                break
+            if peer in self.in_flight:
+                continue  # one transfer per peer at a time; the rest go next round
+            batch: list[WorkerTask] = []
+            total = 0
+            for ts in tss:
+                if batch and total + ts.nbytes > self.max_gather_nbytes:
+                    break
+                batch.append(ts)
+                total += ts.nbytes
+            for ts in batch:
+                self.fetch.discard(ts)
+                self._set_state(ts, "flight")
+            self.in_flight[peer] = set(batch)
+            self._out.append(GatherDep(peer, [t.key for t in batch], total, self._stimulus_id))
+
+    def _pick_peer(self, ts: WorkerTask) -> str | None:
+        """A holder we are not already fetching from, else any holder."""
+        if not ts.who_has:
+            self._give_up_on(ts)
+            return None
+        for peer in ts.who_has:
+            if peer not in self.in_flight:
+                return peer
+        return ts.who_has[0]
+
+    def _give_up_on(self, dts: WorkerTask) -> None:
+        """No holder left for an input: tell the scheduler about each task that needed it."""
+        self.fetch.discard(dts)
+        for ts in list(dts.dependents):
+            if ts.state in ("waiting", "ready"):
+                self._out.append(SendDependencyUnavailable(ts.key, dts.key, self._stimulus_id))
+                ts.requested = False
+                self._set_state(ts, "released")
+                self._detach(ts)
+                self._forget_if_unused(ts)
+        if dts.state != "released":
+            self._set_state(dts, "released")
+        self._forget_if_unused(dts)
+
+    def _handle_gather_dep_succeeded(self, ev: GatherDepSucceeded) -> None:
+        tss = self.in_flight.pop(ev.worker, set())
+        added: list[Key] = []
+        nbytes: dict[Key, int] = {}
+        for ts in tss:
+            if ts.state != "flight":
+                continue
+            if ts.key not in ev.data:
+                # the peer did not have it (any more): forget that holder
+                ts.who_has = tuple(h for h in ts.who_has if h != ev.worker)
+                self._set_state(ts, "fetch")
+                self.fetch.add(ts)
+                continue
+            if ts.cancelled and not ts.dependents:
+                ts.cancelled = False
+                self._set_state(ts, "released")
+                self._forget_if_unused(ts)
+                continue
+            ts.cancelled = False
+            self.data[ts.key] = ev.data[ts.key]
+            ts.nbytes = ev.nbytes.get(ts.key, ts.nbytes)
+            self._set_state(ts, "memory")
+            added.append(ts.key)
+            nbytes[ts.key] = ts.nbytes
+            for dts in ts.dependents:
+                dts.startstops.append(("transfer", ev.start, ev.stop, ev.worker))
+            if ts.requested:
+                self._out.append(SendTaskFinished(ts.key, ts.nbytes, "", [], None))
+            self._wake_dependents(ts)
+        if added:
+            self._out.append(SendReplicasAdded(added, nbytes, self._stimulus_id))
+
+    def _handle_gather_dep_failed(self, ev: GatherDepFailed) -> None:
+        tss = self.in_flight.pop(ev.worker, set())
+        for ts in tss:
+            if ts.state != "flight":
+                continue
+            ts.who_has = tuple(h for h in ts.who_has if h != ev.worker)
+            if ts.cancelled and not ts.dependents:
+                self._set_state(ts, "released")
+                self._forget_if_unused(ts)
+                continue
+            self._set_state(ts, "fetch")
+            self.fetch.add(ts)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _set_state(self, ts: WorkerTask, new: WorkerTaskStateName) -> None:
+        old = ts.state
+        ts.state = new
+        self.transition_log.append((ts.key, old, new, self._stimulus_id))
+        if self.on_transition is not None:
+            self.on_transition(ts, old, new)
+
+    def story(self, *keys: Key) -> list[tuple]:
+        wanted = set(keys)
+        return [entry for entry in self.transition_log if entry[0] in wanted]
+
+    def validate_state(self) -> None:
+        for key, ts in self.tasks.items():
+            assert ts.key == key
+            if ts.state == "memory":
+                assert key in self.data, ts
+            if ts.state == "executing":
+                assert ts in self.executing, ts
+            if ts.state == "fetch":
+                assert ts in self.fetch, ts
+            if ts.state == "waiting":
+                assert ts.waiting_for_data, ts
+                assert all(d.state != "memory" for d in ts.waiting_for_data), ts
+            for dts in ts.dependencies:
+                assert ts in dts.dependents, (ts, dts)
+        for ts in self.executing:
+            assert ts.state == "executing", ts
+        assert len(self.executing) <= self.nthreads + self.prefetch
+        for peer, tss in self.in_flight.items():
+            for ts in tss:
+                assert ts.state in ("flight", "released", "memory", "fetch"), (peer, ts)
+
+    _handlers: dict[type, Callable[[WorkerState, Any], None]] = {
+        ComputeRequested: _handle_compute_requested,
+        FreeKeysRequested: _handle_free_keys_requested,
+        ExecuteSucceeded: _handle_execute_succeeded,
+        ExecuteFailed: _handle_execute_failed,
+        ExecuteSkipped: _handle_execute_skipped,
+        GatherDepSucceeded: _handle_gather_dep_succeeded,
+        GatherDepFailed: _handle_gather_dep_failed,
+        PauseChanged: _handle_pause_changed,
+    }

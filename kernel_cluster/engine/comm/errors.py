@@ -1,0 +1,117 @@
+"""Errors raised by the transport layer.
+
+Every error keeps its facts in attributes (which address, why) so the engine
+can log or react without parsing messages, and every error survives pickling:
+a worker may report a comm failure to the scheduler inside a message.
+
+Hierarchy::
+
+    OSError
+      CommError                 anything that went wrong on a comm
+        CommClosedError         the comm cannot be used any more
+          ProtocolError         the peer broke the wire format; we closed it
+        AuthenticationError     the handshake failed (wrong or missing secret)
+    TypeError
+      SerializationError        a value cannot be pickled or unpickled
+
+``CommError`` derives from ``OSError`` so that code handling network
+failures in general (``except OSError``) also handles ours. Authentication
+failures are deliberately *not* ``CommClosedError``: retrying a connect with
+the wrong secret never helps, so reconnect loops should let them through.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "CommClosedError",
+    "CommError",
+    "ProtocolError",
+    "SerializationError",
+]
+
+
+class CommError(OSError):
+    """Base class of the transport's errors.
+
+    ``address`` is the peer's address when known (None inside the sans-I/O
+    codecs, which do not know who they talk to); ``reason`` says what happened.
+    """
+
+    default_reason = "communication error"
+
+    def __init__(self, address: str | None = None, reason: str | None = None) -> None:
+        self.address = address
+        self.reason = reason or self.default_reason
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if self.address:
+            return f"{self.address}: {self.reason}"
+        return self.reason
+
+    def __reduce__(self):  # type: ignore[override]
+        # OSError's own reduce would rebuild from ``args`` (the message only).
+        return (type(self), (self.address, self.reason))
+
+
+class CommClosedError(CommError):
+    """The comm is closed: by us, by the peer, or because it broke."""
+
+    default_reason = "the comm is closed"
+
+
+class ProtocolError(CommClosedError):
+    """The peer sent bytes that do not follow the wire format.
+
+    The comm that received them has been closed; the listener and other comms
+    are unaffected.
+    """
+
+    default_reason = "protocol violation"
+
+
+class AuthenticationError(CommError):
+    """The connection handshake failed: the peer does not hold our secret,
+    sent something other than a handshake, or went silent during it."""
+
+    default_reason = "authentication failed"
+
+
+_SEND_HINT = (
+    "Everything sent to another process is pickled with cloudpickle: define "
+    "functions at module level or in an importable module, and do not pass "
+    "locks, sockets, open files, generators or other live resources as task "
+    "arguments; create them inside the task instead."
+)
+_RECEIVE_HINT = (
+    "The receiving process could not rebuild the value: check that the "
+    "modules it refers to are importable there, with the same versions."
+)
+
+
+class SerializationError(TypeError):
+    """A value could not be serialised, or a received one deserialised.
+
+    ``what`` names the value for a human ("the function of task 'inc-1'"),
+    ``type_name`` is its type, ``reason`` the underlying error (type and
+    message), ``receiving`` tells the two directions apart. The message ends
+    with what to do about it (``hint``).
+    """
+
+    def __init__(self, what: str, type_name: str, reason: str, receiving: bool = False) -> None:
+        self.what = what
+        self.type_name = type_name
+        self.reason = reason
+        self.receiving = receiving
+        verb = "deserialize" if receiving else "serialize"
+        super().__init__(
+            f"Cannot {verb} {what} (an object of type {type_name}): {reason}. {self.hint}"
+        )
+
+    @property
+    def hint(self) -> str:
+        return _RECEIVE_HINT if self.receiving else _SEND_HINT
+
+    def __reduce__(self):  # type: ignore[override]
+        return (type(self), (self.what, self.type_name, self.reason, self.receiving))

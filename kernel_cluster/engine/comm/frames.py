@@ -1,0 +1,230 @@
+"""Sans-I/O framing: messages as length-prefixed groups of frames.
+
+A message is a list of frames (byte buffers): the msgpack body first, then
+any out-of-band buffers (see ``serialize``). On the wire::
+
+    b"KCF1"  n (uint32 LE)          8-byte preamble
+    len_0 ... len_{n-1} (uint64 LE)  8*n bytes
+    frame_0 ... frame_{n-1}         the bytes themselves
+
+``encode_header`` builds the first two parts; the frames follow as they are,
+so a large buffer is handed to the socket without being copied into a
+bigger one. ``FrameDecoder`` does the reverse and does no I/O at all: feed it
+bytes, take complete messages out. It checks every size against its limits
+*before* allocating, so a hostile or broken peer cannot make it reserve more
+than ``max_message_size`` bytes; any violation raises ``ProtocolError`` and
+leaves the decoder unusable (the stream is out of sync: the only safe
+reaction is to close the connection).
+
+Besides ``feed``, the decoder offers the ``get_buffer`` / ``buffer_updated``
+pair of asyncio's BufferedProtocol, so a transport can read large frames
+straight into their final buffer instead of copying them out of a chunk.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias
+
+from .errors import ProtocolError
+
+__all__ = [
+    "DEFAULT_MAX_FRAMES",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "MAGIC",
+    "FrameDecoder",
+    "encode_header",
+]
+
+MAGIC = b"KCF1"
+DEFAULT_MAX_MESSAGE_SIZE = 1 << 30  # 1 GiB, all frames together
+DEFAULT_MAX_FRAMES = 16_384
+
+# Anything exposing the buffer protocol; collections.abc.Buffer needs 3.12.
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+_PREAMBLE = struct.Struct("<4sI")
+_LENGTH = struct.Struct("<Q")
+
+# Decoder stages: what the bytes currently being collected are.
+_STAGE_PREAMBLE = 0
+_STAGE_LENGTHS = 1
+_STAGE_BODY = 2
+
+
+def _nbytes(frame: Buffer) -> int:
+    return memoryview(frame).nbytes
+
+
+def encode_header(
+    frames: Sequence[Buffer],
+    *,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    max_frames: int = DEFAULT_MAX_FRAMES,
+) -> bytes:
+    """The preamble and length table that precede ``frames`` on the wire.
+
+    Raises ``ValueError`` (and writes nothing) when the message exceeds the
+    limits, since the receiver would reject it and drop the connection.
+    """
+    sizes = [_nbytes(f) for f in frames]
+    if not 1 <= len(sizes) <= max_frames:
+        raise ValueError(f"a message must have between 1 and {max_frames} frames, not {len(sizes)}")
+    total = sum(sizes)
+    if total > max_message_size:
+        raise ValueError(
+            f"message of {total} bytes exceeds max_message_size={max_message_size}; "
+            "send large data in several messages or raise the limit on both ends"
+        )
+    return _PREAMBLE.pack(MAGIC, len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
+
+
+class FrameDecoder:
+    """Incremental decoder: bytes in, complete messages (lists of frames) out.
+
+    Each frame of a decoded message is its own ``bytearray``, so values built
+    on it (a numpy array from an out-of-band buffer) are writable and keep
+    only their own frame alive.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+    ) -> None:
+        self.max_message_size = max_message_size
+        self.max_frames = max_frames
+        self._ready: deque[list[bytearray]] = deque()
+        self._error: ProtocolError | None = None
+        self._start_message()
+
+    def _start_message(self) -> None:
+        self._stage = _STAGE_PREAMBLE
+        self._target = bytearray(_PREAMBLE.size)
+        self._filled = 0
+        self._lengths: tuple[int, ...] = ()
+        self._frames: list[bytearray] = []
+
+    # -- input ------------------------------------------------------------------------
+
+    def feed(self, data: Buffer) -> None:
+        """Consume ``data``, which may hold any part of any number of messages."""
+        view = memoryview(data).cast("B")
+        pos, end = 0, len(view)
+        while pos < end:
+            target = self.get_buffer()
+            n = min(len(target), end - pos)
+            target[:n] = view[pos : pos + n]
+            pos += n
+            self.buffer_updated(n)
+
+    def get_buffer(self) -> memoryview:
+        """A writable view of the bytes the decoder is waiting for next.
+
+        It is never empty. Write into a prefix of it, then call
+        ``buffer_updated`` with the number of bytes written, before calling
+        any other method.
+        """
+        if self._error is not None:
+            raise self._error
+        return memoryview(self._target)[self._filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """Account for ``nbytes`` written into the last ``get_buffer()`` view."""
+        if self._error is not None:
+            raise self._error
+        self._filled += nbytes
+        if self._filled > len(self._target):
+            raise ValueError(f"buffer_updated({nbytes}) overflows the buffer handed out")
+        if self._filled == len(self._target):
+            try:
+                self._advance()
+            except ProtocolError as exc:
+                self._error = exc
+                raise
+
+    @property
+    def bytes_needed(self) -> int:
+        """How many bytes complete the piece being collected (the preamble,
+        the length table or one frame). Transports use it to pick a read size."""
+        return len(self._target) - self._filled
+
+    @property
+    def in_message(self) -> bool:
+        """True when part of a message has arrived but not all of it."""
+        return self._stage != _STAGE_PREAMBLE or self._filled > 0
+
+    def eof(self) -> None:
+        """Tell the decoder the stream ended; raises if it ended mid-message.
+
+        Complete messages already decoded stay available.
+        """
+        if self._error is None and self.in_message:
+            self._error = ProtocolError(
+                reason="connection closed in the middle of a message "
+                f"(waiting for {self.bytes_needed} more bytes of its "
+                f"{('preamble', 'length table', 'frames')[self._stage]})"
+            )
+        if self._error is not None:
+            raise self._error
+
+    # -- output -----------------------------------------------------------------------
+
+    def next_message(self) -> list[bytearray] | None:
+        """The oldest complete message not yet taken, or None."""
+        return self._ready.popleft() if self._ready else None
+
+    def __iter__(self) -> Iterator[list[bytearray]]:
+        """Take every complete message decoded so far, oldest first."""
+        while self._ready:
+            yield self._ready.popleft()
+
+    # -- state machine ----------------------------------------------------------------
+
+    def _advance(self) -> None:
+        # The current target is full. Move to the next piece; zero-length
+        # frames complete at once, hence the loop.
+        while self._filled == len(self._target):
+            if self._stage == _STAGE_PREAMBLE:
+                self._parse_preamble()
+            elif self._stage == _STAGE_LENGTHS:
+                self._parse_lengths()
+            else:
+                self._frames.append(self._target)
+                if len(self._frames) == len(self._lengths):
+                    self._ready.append(self._frames)
+                    self._start_message()
+                    return
+                self._target = bytearray(self._lengths[len(self._frames)])
+                self._filled = 0
+
+    def _parse_preamble(self) -> None:
+        magic, count = _PREAMBLE.unpack(self._target)
+        if magic != MAGIC:
+            raise ProtocolError(
+                reason=f"malformed message header: expected magic {MAGIC!r}, got {magic!r}"
+            )
+        if not 1 <= count <= self.max_frames:
+            raise ProtocolError(
+                reason=f"message announces {count} frames; the limit is 1 to {self.max_frames}"
+            )
+        self._stage = _STAGE_LENGTHS
+        self._target = bytearray(count * _LENGTH.size)
+        self._filled = 0
+
+    def _parse_lengths(self) -> None:
+        count = len(self._target) // _LENGTH.size
+        lengths = struct.unpack(f"<{count}Q", self._target)
+        total = sum(lengths)
+        if total > self.max_message_size:
+            raise ProtocolError(
+                reason=f"message announces {total} bytes; "
+                f"max_message_size is {self.max_message_size}"
+            )
+        self._stage = _STAGE_BODY
+        self._lengths = lengths
+        self._target = bytearray(lengths[0])
+        self._filled = 0

@@ -1,0 +1,216 @@
+"""Messages to frames and back: msgpack for structure, cloudpickle for the rest.
+
+A message is built from dicts, lists, tuples, str, bytes, int, float, bool
+and None; those are encoded by msgpack. Any other value (a function, an
+exception, a numpy array, a set, an int beyond 64 bits, a subclass of a
+builtin) is pickled with cloudpickle, protocol 5, and embedded as a msgpack
+extension. Large buffers (pickle's out-of-band buffers and bytes-like values
+of at least ``threshold`` bytes) leave the msgpack body and become frames of
+their own, as memoryviews over the sender's memory: nothing is copied on the
+sending side. The caller must not mutate such a buffer until the write that
+carries it has completed.
+
+Conventions the receiver sees:
+
+- Lists and tuples are both msgpack arrays and **both decode as tuples**
+  (``use_list=False``), so a task key ``("x-abc", 0)`` comes back equal and
+  hashable, also as a dict key. Code must not rely on getting a list back.
+- bytes stay bytes; bytearray and memoryview keep their type (a memoryview
+  arrives as a flat view of bytes, whatever its format was).
+- Map keys may be any decoded value that is hashable (str, int, tuple, ...).
+
+Failing to build a message raises ``SerializationError`` before anything is
+written. On the receiving side, bytes that are not valid msgpack or refer to
+frames that do not exist raise ``ProtocolError`` (the stream cannot be
+trusted any more); a pickle that fails to load (say, a module missing in this
+process) raises ``SerializationError`` and the stream stays usable.
+
+Unpickling runs arbitrary code: ``loads`` must only ever see frames from a
+peer that passed the authentication handshake (``auth``).
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+import msgpack
+
+from .errors import ProtocolError, SerializationError
+
+__all__ = ["OUT_OF_BAND_THRESHOLD", "check_serializable", "dumps", "loads"]
+
+OUT_OF_BAND_THRESHOLD = 64 * 1024
+
+# msgpack extension type codes.
+_EXT_FRAME = 1  # a bytes-like value sent as its own frame: kind, frame index
+_EXT_INLINE = 2  # a small bytearray / memoryview: kind, then the bytes
+_EXT_PICKLE = 3  # first buffer frame, number of buffers, then the pickle
+
+_KIND_BYTES, _KIND_BYTEARRAY, _KIND_MEMORYVIEW = 0, 1, 2
+_KINDS = {bytes: _KIND_BYTES, bytearray: _KIND_BYTEARRAY, memoryview: _KIND_MEMORYVIEW}
+
+_FRAME_REF = struct.Struct("<BI")
+_PICKLE_REF = struct.Struct("<II")
+
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def _type_name(obj: object) -> str:
+    cls = type(obj)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+class _Encoder:
+    """Rewrites one message into msgpack-native values, collecting frames."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.frames: list[bytes | memoryview] = [b""]  # [0] becomes the body
+
+    def prepare(self, obj: Any) -> Any:
+        # Exact type checks: a subclass (OrderedDict, IntEnum, np.float64)
+        # is pickled so that it comes back as what it was.
+        cls = type(obj)
+        if cls is str or cls is float or cls is bool or obj is None:
+            return obj
+        if cls is int:
+            return obj if _INT_MIN <= obj <= _INT_MAX else self.pickle(obj)
+        if cls is dict:
+            return {self.prepare(k): self.prepare(v) for k, v in obj.items()}
+        if cls is tuple:  # stays a tuple: it may be a dict key
+            return tuple([self.prepare(v) for v in obj])
+        if cls is list:
+            return [self.prepare(v) for v in obj]
+        if cls is bytes or cls is bytearray or cls is memoryview:
+            return self.bytes_like(obj)
+        return self.pickle(obj)
+
+    def bytes_like(self, obj: bytes | bytearray | memoryview) -> Any:
+        kind = _KINDS[type(obj)]
+        view = memoryview(obj)
+        if not view.contiguous:
+            raise SerializationError(
+                "a memoryview in the message", "memoryview", "it is not contiguous"
+            )
+        view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if view.nbytes >= self.threshold:
+            self.frames.append(view)
+            return msgpack.ExtType(_EXT_FRAME, _FRAME_REF.pack(kind, len(self.frames) - 1))
+        if kind == _KIND_BYTES:
+            return obj
+        return msgpack.ExtType(_EXT_INLINE, bytes([kind]) + view.tobytes())
+
+    def pickle(self, obj: Any) -> msgpack.ExtType:
+        buffers: list[memoryview] = []
+
+        def keep_out_of_band(buffer: pickle.PickleBuffer) -> bool:
+            # Returning True keeps the buffer inside the pickle stream.
+            try:
+                raw = buffer.raw()
+            except BufferError:  # not contiguous: pickle copies it in-band
+                return True
+            if raw.nbytes < self.threshold:
+                return True
+            buffers.append(raw)
+            return False
+
+        try:
+            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=keep_out_of_band)
+        except Exception as exc:
+            raise SerializationError(
+                "a value in the message", _type_name(obj), f"{type(exc).__name__}: {exc}"
+            ) from exc
+        first = len(self.frames)
+        self.frames.extend(buffers)
+        return msgpack.ExtType(_EXT_PICKLE, _PICKLE_REF.pack(first, len(buffers)) + data)
+
+
+def dumps(msg: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD) -> list[bytes | memoryview]:
+    """Encode ``msg`` as frames: the msgpack body, then out-of-band buffers.
+
+    Buffers of at least ``threshold`` bytes become frames that share memory
+    with the value they came from.
+    """
+    encoder = _Encoder(threshold)
+    try:
+        prepared = encoder.prepare(msg)
+    except RecursionError as exc:
+        raise SerializationError(
+            "the message", _type_name(msg), "it is nested too deeply or refers to itself"
+        ) from exc
+    try:
+        encoder.frames[0] = msgpack.packb(prepared, use_bin_type=True)
+    except (ValueError, OverflowError, TypeError) as exc:  # e.g. msgpack's nesting limit
+        raise SerializationError(
+            "the message", _type_name(msg), f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return encoder.frames
+
+
+def loads(frames: Sequence[bytes | bytearray | memoryview]) -> Any:
+    """Decode the frames of one message (as made by ``dumps``)."""
+    if not frames:
+        raise ProtocolError(reason="a message needs at least one frame")
+
+    def frame(index: int) -> Any:
+        if not 0 < index < len(frames):
+            raise ProtocolError(reason=f"message refers to frame {index} of {len(frames)}")
+        return frames[index]
+
+    def ext_hook(code: int, data: bytes) -> Any:
+        if code == _EXT_FRAME:
+            kind, index = _FRAME_REF.unpack(data)
+            return _as_kind(kind, frame(index))
+        if code == _EXT_INLINE:
+            return _as_kind(data[0], data[1:])
+        if code == _EXT_PICKLE:
+            first, count = _PICKLE_REF.unpack_from(data)
+            buffers = [frame(i) for i in range(first, first + count)]
+            try:
+                return pickle.loads(memoryview(data)[_PICKLE_REF.size :], buffers=buffers)
+            except Exception as exc:
+                raise SerializationError(
+                    "a pickled value in a received message",
+                    "pickle",
+                    f"{type(exc).__name__}: {exc}",
+                    receiving=True,
+                ) from exc
+        raise ProtocolError(reason=f"unknown msgpack extension type {code}")
+
+    try:
+        return msgpack.unpackb(
+            frames[0], ext_hook=ext_hook, use_list=False, raw=False, strict_map_key=False
+        )
+    except (ProtocolError, SerializationError):
+        raise
+    except Exception as exc:  # msgpack's errors, struct.error, bad kinds
+        raise ProtocolError(reason=f"undecodable message: {type(exc).__name__}: {exc}") from exc
+
+
+def _as_kind(kind: int, buffer: Any) -> bytes | bytearray | memoryview:
+    if kind == _KIND_BYTES:
+        return bytes(buffer)
+    if kind == _KIND_BYTEARRAY:
+        return buffer if type(buffer) is bytearray else bytearray(buffer)
+    if kind == _KIND_MEMORYVIEW:
+        return memoryview(buffer)
+    raise ProtocolError(reason=f"unknown bytes kind {kind}")
+
+
+def check_serializable(obj: object, what: str) -> None:
+    """Raise ``SerializationError`` naming ``what`` if ``obj`` cannot be pickled.
+
+    Call it where the user hands an object over (submit, scatter), so that
+    the error points at their value instead of surfacing later in a stream.
+    Large buffers are not copied: only the ability to pickle is checked.
+    """
+    try:
+        cloudpickle.dumps(obj, protocol=5, buffer_callback=lambda _: False)
+    except Exception as exc:
+        raise SerializationError(what, _type_name(obj), f"{type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,93 @@
+"""The one event-loop thread that drives the scheduler and worker control.
+
+The kernel's own thread never blocks the engine: user calls hand work to this
+thread (``call_soon``) and wait for answers (``run``) with a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    def __init__(self, name: str = "kernel-cluster-loop"):
+        self.loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop thread; safe from any thread."""
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def run(
+        self, fn: Callable[..., Awaitable[T] | T], *args: Any, timeout: float | None = None
+    ) -> T:
+        """Run ``fn(*args)`` (a function or coroutine function) on the loop and wait for it."""
+        if self.in_loop_thread():
+            raise RuntimeError(
+                "This call blocks until the engine answers and cannot be made from the engine's "
+                "own event loop; use the asynchronous API there."
+            )
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def start() -> None:
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                future.set_exception(exc)
+                return
+            if asyncio.iscoroutine(result):
+                task = self.loop.create_task(result)
+
+                def done(t: asyncio.Task) -> None:
+                    if t.cancelled():
+                        future.cancel()
+                    elif t.exception() is not None:
+                        future.set_exception(t.exception())
+                    else:
+                        future.set_result(t.result())
+
+                task.add_done_callback(done)
+            else:
+                future.set_result(result)
+
+        self.loop.call_soon_threadsafe(start)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+
+    def stop(self, timeout: float = 10) -> None:
+        if not self._thread.is_alive():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)

@@ -1,0 +1,68 @@
+"""Task threads: one pool per worker, each thread running one task at a time.
+
+Not a ``ThreadPoolExecutor``: the worker needs to know which thread runs what
+(task stream rows, per-thread CPU time, the profiler's sampling) and to hand
+results back in batches. Finished work is appended to a deque and the owner is
+woken once per batch, not once per task.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+_STOP = object()
+
+
+class TaskThreadPool:
+    def __init__(self, nthreads: int, name: str, wake: Callable[[], None]):
+        """``wake`` is called (from a task thread) when results wait in ``done``."""
+        self.nthreads = nthreads
+        self.done: deque = deque()
+        self._wake = wake
+        self._wake_pending = False
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._work, name=f"{name}-task-{i}", daemon=True)
+            for i in range(nthreads)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on a free thread; its return value lands in ``done``."""
+        self._inbox.put((fn, args))
+
+    def drain(self) -> list:
+        """Everything finished since the last drain (call from the owner's thread)."""
+        self._wake_pending = False
+        done = self.done
+        out = []
+        while done:
+            out.append(done.popleft())
+        return out
+
+    def _work(self) -> None:
+        inbox = self._inbox
+        done = self.done
+        while True:
+            item = inbox.get()
+            if item is _STOP:
+                return
+            fn, args = item
+            done.append(fn(*args))
+            if not self._wake_pending:
+                # the owner clears the flag before draining, so a result appended after
+                # its drain always triggers a new wake
+                self._wake_pending = True
+                self._wake()
+
+    def stop(self, timeout: float = 10) -> None:
+        for _ in self.threads:
+            self._inbox.put(_STOP)
+        for t in self.threads:
+            if t is not threading.current_thread():
+                t.join(timeout)

@@ -1,0 +1,280 @@
+"""The scheduler shell: feeds SchedulerState and routes its instructions.
+
+Workers talk to it through channels of dict messages; clients live in the same
+process and hand it core events directly, getting ``ReportKey`` batches back.
+Everything here runs on the engine's loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..core.keys import Key
+from ..core.scheduler_messages import (
+    ClientAdded,
+    ClientRemoved,
+    ComputeTask,
+    DependencyUnavailable,
+    FreeKeys,
+    ReplicasAdded,
+    ReportKey,
+    TaskErred,
+    TaskFinished,
+    WorkerAdded,
+    WorkerRemoved,
+)
+from ..core.scheduler_state import SchedulerState
+from ..core.scheduler_tasks import PENDING_STATES
+
+logger = logging.getLogger(__name__)
+
+ReportHandler = Callable[[list[ReportKey], int], None]
+
+
+class Channel(Protocol):
+    def send(self, msgs: list[dict]) -> None: ...
+
+
+class DataSource(Protocol):
+    """Reads values held by workers (directly in embedded mode, over TCP otherwise)."""
+
+    async def get_data(self, peer: str, keys: list[Key]) -> tuple[dict, dict]: ...
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        data_source: DataSource,
+        worker_saturation: float = 2.0,
+        allowed_failures: int = 3,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.state = SchedulerState(
+            worker_saturation=worker_saturation, allowed_failures=allowed_failures
+        )
+        self.data_source = data_source
+        self.clock = clock
+        self.worker_channels: dict[str, Channel] = {}
+        self.client_handlers: dict[str, ReportHandler] = {}
+        self.client_seq: dict[str, int] = {}  # last client event sequence number handled
+        self._stimulus_counter = 0
+        self._key_waiters: dict[Key, list[asyncio.Future]] = {}
+
+    # -- membership -------------------------------------------------------------------
+
+    def add_worker(
+        self, address: str, channel: Channel, *, nthreads: int, memory_limit: int, name: str
+    ) -> None:
+        self.worker_channels[address] = channel
+        self.handle(
+            WorkerAdded(address, nthreads, memory_limit, name, self._stimulus("add-worker"))
+        )
+
+    def remove_worker(self, address: str, reason: str = "") -> None:
+        self.worker_channels.pop(address, None)
+        self.handle(WorkerRemoved(address, reason, self._stimulus("remove-worker")))
+
+    def add_client(self, client_id: str, handler: ReportHandler) -> None:
+        self.client_handlers[client_id] = handler
+        self.client_seq[client_id] = 0
+        self.handle(ClientAdded(client_id, self._stimulus("add-client")))
+
+    def remove_client(self, client_id: str) -> None:
+        self.handle(ClientRemoved(client_id, self._stimulus("remove-client")))
+        self.client_handlers.pop(client_id, None)
+        self.client_seq.pop(client_id, None)
+
+    # -- inbound ----------------------------------------------------------------------
+
+    def handle_client_events(self, client_id: str, batch: list[tuple[int, Any]]) -> None:
+        """Numbered events from an in-process client, in the order it sent them.
+
+        Each report carries the number of the client's last handled event, so the
+        client can ignore reports about a key it has since released and re-submitted.
+        """
+        if client_id not in self.client_handlers:
+            return
+        now = self.clock()
+        sid = self._stimulus("client")
+        for seq, ev in batch:
+            ev.stimulus_id = sid
+            ev.time = now
+            self.client_seq[client_id] = seq
+            self.handle(ev)
+
+    def handle_worker_messages(self, address: str, msgs: list[dict]) -> None:
+        events: list = []
+        now = self.clock()
+        for msg in msgs:
+            op = msg["op"]
+            sid = msg.get("stimulus_id") or ""
+            if op == "task-finished":
+                events.append(
+                    TaskFinished(
+                        msg["key"],
+                        address,
+                        msg["nbytes"],
+                        msg["startstops"],
+                        msg["thread"],
+                        msg["type"],
+                        sid,
+                        now,
+                    )
+                )
+            elif op == "task-erred":
+                events.append(
+                    TaskErred(
+                        msg["key"],
+                        address,
+                        msg["exception"],
+                        msg["traceback"],
+                        msg["text"],
+                        msg["startstops"],
+                        msg["thread"],
+                        sid,
+                        now,
+                    )
+                )
+            elif op == "add-keys":
+                events.append(ReplicasAdded(address, msg["keys"], msg["nbytes"], sid, now))
+            elif op == "missing-data":
+                events.append(
+                    DependencyUnavailable(msg["key"], msg["dependency"], address, sid, now)
+                )
+            else:
+                logger.warning("Scheduler ignored unknown message %r from %s", op, address)
+        self.handle(*events)
+
+    # -- the door into the state machine, and routing ---------------------------------
+
+    def handle(self, *events: Any) -> None:
+        if not events:
+            return
+        instructions = self.state.handle_stimulus(*events)
+        if instructions:
+            self._route(instructions)
+
+    def _route(self, instructions: list) -> None:
+        to_workers: dict[str, list[dict]] = {}
+        to_clients: dict[str, list[ReportKey]] = {}
+        for inst in instructions:
+            t = type(inst)
+            if t is ComputeTask:
+                msgs = to_workers.get(inst.worker)
+                if msgs is None:
+                    msgs = to_workers[inst.worker] = []
+                msgs.append(
+                    {
+                        "op": "compute-task",
+                        "key": inst.key,
+                        "spec": inst.spec,
+                        "who_has": inst.who_has,
+                        "nbytes": inst.nbytes,
+                        "priority": inst.priority,
+                        "prefix": inst.prefix,
+                        "span_id": inst.span_id,
+                        "stimulus_id": inst.stimulus_id,
+                    }
+                )
+            elif t is ReportKey:
+                waiters = self._key_waiters.pop(inst.key, None)
+                if waiters:
+                    for w in waiters:
+                        if not w.done():
+                            w.set_result(None)
+                reports = to_clients.get(inst.client)
+                if reports is None:
+                    reports = to_clients[inst.client] = []
+                reports.append(inst)
+            elif t is FreeKeys:
+                to_workers.setdefault(inst.worker, []).append(
+                    {"op": "free-keys", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
+                )
+        # clients first: their handlers never call back, while a worker's may
+        for client_id, reports in to_clients.items():
+            handler = self.client_handlers.get(client_id)
+            if handler is not None:
+                handler(reports, self.client_seq.get(client_id, 0))
+        for address, msgs in to_workers.items():
+            channel = self.worker_channels.get(address)
+            if channel is not None:
+                channel.send(msgs)
+
+    def _stimulus(self, what: str) -> str:
+        self._stimulus_counter += 1
+        return f"{what}-{self._stimulus_counter}"
+
+    # -- data -------------------------------------------------------------------------
+
+    async def gather(self, keys: list[Key]) -> tuple[dict, list[Key]]:
+        """Values of ``keys``, and the keys that cannot be had.
+
+        A key that is being computed again (its holder died) is waited for.
+        """
+        out: dict = {}
+        todo = list(keys)
+        while todo:
+            data, missing = await self._gather_once(todo)
+            out.update(data)
+            waitable = [k for k in missing if self._will_be_in_memory(k)]
+            if not waitable:
+                return out, missing
+            loop = asyncio.get_running_loop()
+            futures = []
+            for k in waitable:
+                f = loop.create_future()
+                self._key_waiters.setdefault(k, []).append(f)
+                futures.append(f)
+            await asyncio.wait(futures)
+            todo = missing
+        return out, []
+
+    def _will_be_in_memory(self, key: Key) -> bool:
+        ts = self.state.tasks.get(key)
+        if ts is None or not ts.who_wants:
+            return False
+        return ts.state in PENDING_STATES or ts.state == "released"
+
+    async def _gather_once(self, keys: list[Key]) -> tuple[dict, list[Key]]:
+        by_worker: dict[str, list[Key]] = {}
+        missing: list[Key] = []
+        tasks = self.state.tasks
+        for key in keys:
+            ts = tasks.get(key)
+            if ts is None or ts.state != "memory":
+                missing.append(key)
+                continue
+            ws = min(ts.who_has, key=lambda w: len(w.processing))
+            by_worker.setdefault(ws.address, []).append(key)
+        out: dict = {}
+        for address, wkeys in by_worker.items():
+            try:
+                data, _ = await self.data_source.get_data(address, wkeys)
+            except OSError as exc:
+                logger.warning("Could not gather %d keys from %s: %s", len(wkeys), address, exc)
+                data = {}
+            out.update(data)
+            missing.extend(k for k in wkeys if k not in data)
+        return out, missing
+
+    def scheduler_info(self) -> dict:
+        return {
+            "workers": {
+                ws.address: {
+                    "name": ws.name,
+                    "nthreads": ws.nthreads,
+                    "memory_limit": ws.memory_limit,
+                    "processing": len(ws.processing),
+                    "nbytes": ws.nbytes,
+                    "keys": len(ws.has_what),
+                }
+                for ws in self.state.workers.values()
+            },
+            "total_nthreads": self.state.total_nthreads,
+            "tasks": len(self.state.tasks),
+        }

@@ -1,0 +1,189 @@
+"""Futures: the client's handle on a remote result, and the ways to wait on many.
+
+All futures a client holds for one key share one ``FutureState``. The state is
+changed by scheduler reports on the engine's loop thread and read by user
+threads; one lock per client keeps the two in step. A ``threading.Event`` is only
+made when somebody actually waits, which keeps 10,000 futures cheap.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .core.keys import Key
+
+if TYPE_CHECKING:
+    from .client import Client
+
+DONE = frozenset({"finished", "error", "cancelled"})
+
+
+class CancelledError(concurrent.futures.CancelledError):
+    """The future was cancelled, or its client closed, before a result existed."""
+
+    def __init__(self, key: Key):
+        self.key = key
+        super().__init__(f"Future {key!r} was cancelled.")
+
+    def __reduce__(self):
+        return (CancelledError, (self.key,))
+
+
+class FutureState:
+    __slots__ = ("callbacks", "event", "exception", "seq", "status", "traceback")
+
+    def __init__(self, seq: int):
+        self.status = "pending"
+        self.exception: BaseException | None = None
+        self.traceback: Any = None
+        self.event: threading.Event | None = None
+        self.callbacks: list[Callable[[], None]] | None = None
+        self.seq = seq  # the client event that created it: older reports do not apply
+
+    def done(self) -> bool:
+        return self.status in DONE
+
+
+class Future:
+    """A result that will exist on a worker; ``result()`` brings it here."""
+
+    __slots__ = ("__weakref__", "_state", "client", "key")
+
+    def __init__(self, key: Key, client: Client, state: FutureState):
+        self.key = key
+        self.client = client
+        self._state = state
+        client._inc_ref(key)
+
+    def __del__(self) -> None:
+        try:
+            self.client._dec_ref(self.key)
+        except Exception:  # interpreter shutdown
+            pass
+
+    @property
+    def status(self) -> str:
+        return self._state.status
+
+    def done(self) -> bool:
+        return self._state.status in DONE
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The value, or the task's exception re-raised with the user's traceback.
+
+        A ``TimeoutError`` leaves the task running.
+        """
+        self.client._wait_for(self._state, self.key, timeout)
+        status = self._state.status
+        if status == "error":
+            exc = self._state.exception
+            assert exc is not None
+            raise exc.with_traceback(self._state.traceback)
+        if status == "cancelled":
+            raise CancelledError(self.key)
+        return self.client._gather_keys([self.key])[self.key]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self.client._wait_for(self._state, self.key, timeout)
+        if self._state.status == "cancelled":
+            raise CancelledError(self.key)
+        return self._state.exception
+
+    def traceback(self, timeout: float | None = None) -> Any:
+        self.client._wait_for(self._state, self.key, timeout)
+        return self._state.traceback
+
+    def cancel(self) -> None:
+        self.client.cancel([self])
+
+    def cancelled(self) -> bool:
+        return self._state.status == "cancelled"
+
+    def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
+        """Call ``fn(future)`` once the future is done (on the engine thread, or now)."""
+        self.client._on_done(self._state, lambda: fn(self))
+
+    def __repr__(self) -> str:
+        return f"<Future: {self._state.status}, key: {self.key!r}>"
+
+    def __reduce__(self):
+        raise TypeError(
+            f"Future {self.key!r} cannot be pickled; pass it as an argument to submit() and "
+            "the task receives its value."
+        )
+
+
+class DoneAndNotDone(NamedTuple):
+    done: set
+    not_done: set
+
+
+def wait(
+    fs: Future | Iterable[Future],
+    timeout: float | None = None,
+    return_when: str = "ALL_COMPLETED",
+) -> DoneAndNotDone:
+    """Block until all (or the first, with ``return_when="FIRST_COMPLETED"``) are done."""
+    futures = [fs] if isinstance(fs, Future) else list(fs)
+    if return_when not in ("ALL_COMPLETED", "FIRST_COMPLETED"):
+        raise ValueError(f"return_when={return_when!r}: use 'ALL_COMPLETED' or 'FIRST_COMPLETED'.")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if return_when == "ALL_COMPLETED":
+        for f in futures:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            f.client._wait_for(f._state, f.key, left)
+    elif futures and not any(f.done() for f in futures):
+        first = as_completed(futures)
+        try:
+            next(first.iter(timeout))
+        except StopIteration:
+            pass
+    done = {f for f in futures if f.done()}
+    return DoneAndNotDone(done, set(futures) - done)
+
+
+class as_completed:
+    """Iterate over futures in the order they finish; more can be ``add``-ed meanwhile."""
+
+    def __init__(self, futures: Iterable[Future] = (), with_results: bool = False):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self.with_results = with_results
+        for f in futures:
+            self.add(f)
+
+    def add(self, future: Future) -> None:
+        with self._lock:
+            self._pending += 1
+        future.client._on_done(future._state, lambda: self._queue.put(future))
+
+    def count(self) -> int:
+        return self._pending
+
+    def is_empty(self) -> bool:
+        return self._pending == 0
+
+    def iter(self, timeout: float | None = None) -> Iterator:
+        while True:
+            with self._lock:
+                if self._pending == 0:
+                    return
+            try:
+                future = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"No future finished within {timeout} s.") from None
+            with self._lock:
+                self._pending -= 1
+            if self.with_results:
+                yield future, future.result()
+            else:
+                yield future
+
+    def __iter__(self) -> Iterator:
+        return self.iter()

@@ -1,0 +1,361 @@
+"""The scheduler state machine, fed events synchronously: no engine, threads or clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_cluster.core.scheduler_messages import (
+    ClientAdded,
+    ClientCancelledKeys,
+    ClientReleasedKeys,
+    ClientRemoved,
+    ComputeTask,
+    DependencyUnavailable,
+    FreeKeys,
+    GraphSubmitted,
+    ReplicasAdded,
+    ReportKey,
+    TaskErred,
+    TaskFinished,
+    WorkerAdded,
+    WorkerRemoved,
+)
+from kernel_cluster.core.scheduler_state import KilledWorker, LostDependency, SchedulerState
+
+
+class Sched:
+    """A SchedulerState with helpers that read like the story being tested."""
+
+    def __init__(self, *workers: tuple[str, int], saturation: float = float("inf"), **kw):
+        self.s = SchedulerState(worker_saturation=saturation, **kw)
+        for address, nthreads in workers:
+            self.s.handle_stimulus(WorkerAdded(address, nthreads))
+        self.s.handle_stimulus(ClientAdded("c"))
+
+    def submit(self, graph: dict[str, tuple], wanted: list, client: str = "c", **ann) -> list:
+        """``graph`` maps key -> tuple of dependency keys."""
+        specs = {k: f"spec-{k}" for k in graph}
+        deps = {k: frozenset(v) for k, v in graph.items()}
+        return self.handle(GraphSubmitted(client, specs, deps, wanted, None, ann or None))
+
+    def finish(self, key, worker: str, nbytes: int = 10, startstops=None) -> list:
+        return self.handle(TaskFinished(key, worker, nbytes, startstops or []))
+
+    def handle(self, *events) -> list:
+        out = self.s.handle_stimulus(*events)
+        self.s.validate_state()
+        return out
+
+    def state(self, key) -> str:
+        ts = self.s.tasks.get(key)
+        return "forgotten" if ts is None else ts.state
+
+
+def computes(instructions: list) -> dict:
+    return {i.key: i for i in instructions if isinstance(i, ComputeTask)}
+
+
+def reports(instructions: list) -> dict:
+    return {(i.client, i.key): i for i in instructions if isinstance(i, ReportKey)}
+
+
+def freed(instructions: list) -> set:
+    return {(i.worker, k) for i in instructions if isinstance(i, FreeKeys) for k in i.keys}
+
+
+def test_single_task_lifecycle():
+    s = Sched(("w1", 1))
+    out = s.submit({"x": ()}, ["x"])
+    assert computes(out)["x"].worker == "w1"
+    assert s.state("x") == "processing"
+    out = s.finish("x", "w1", nbytes=123)
+    assert reports(out)[("c", "x")].status == "finished"
+    assert s.state("x") == "memory"
+    assert s.s.tasks["x"].nbytes == 123
+    out = s.handle(ClientReleasedKeys("c", ["x"]))
+    assert freed(out) == {("w1", "x")}
+    assert s.state("x") == "forgotten"
+    assert not s.s.task_groups
+
+
+def test_dependent_waits_and_gets_who_has():
+    s = Sched(("w1", 1), ("w2", 1))
+    out = s.submit({"a": (), "b": ("a",)}, ["b"])
+    assert set(computes(out)) == {"a"}
+    assert s.state("b") == "waiting"
+    worker = computes(out)["a"].worker
+    out = s.finish("a", worker)
+    ct = computes(out)["b"]
+    assert ct.who_has == {"a": (worker,)}
+    assert ct.worker == worker  # prefers the worker holding the input
+    s.finish("b", worker)
+    # "a" is no longer needed: its data is dropped but it stays as lineage of "b"
+    assert s.state("a") == "released"
+    s.handle(ClientReleasedKeys("c", ["b"]))
+    assert s.state("a") == s.state("b") == "forgotten"
+
+
+def test_intermediates_released_as_soon_as_unneeded():
+    s = Sched(("w", 1))
+    s.submit({"a": (), "b": ("a",), "c": ("b",)}, ["c"])
+    s.finish("a", "w")
+    out = s.finish("b", "w")
+    assert ("w", "a") in freed(out)
+    assert s.state("a") == "released"
+    assert s.state("b") == "memory"
+    out = s.finish("c", "w")
+    assert ("w", "b") in freed(out)
+    assert [k for k, ts in s.s.tasks.items() if ts.state == "memory"] == ["c"]
+
+
+def test_least_occupied_worker_for_root_tasks():
+    s = Sched(("w1", 2), ("w2", 2))
+    out = s.submit({f"x{i}": () for i in range(8)}, [f"x{i}" for i in range(8)])
+    by_worker: dict = {}
+    for ct in computes(out).values():
+        by_worker[ct.worker] = by_worker.get(ct.worker, 0) + 1
+    assert by_worker == {"w1": 4, "w2": 4}
+
+
+def test_queueing_keeps_workers_saturated_not_flooded():
+    s = Sched(("w", 2), saturation=1.0)
+    keys = [f"x{i}" for i in range(5)]
+    out = s.submit({k: () for k in keys}, keys)
+    sent = list(computes(out))
+    assert len(sent) == 2
+    assert sum(s.state(k) == "queued" for k in keys) == 3
+    out = s.finish(sent[0], "w")
+    assert len(computes(out)) == 1  # the freed slot is refilled, highest priority first
+    assert next(iter(computes(out))) == "x2"
+
+
+def test_error_propagates_to_dependents_with_same_exception():
+    s = Sched(("w", 1))
+    s.submit({"a": (), "b": ("a",), "c": ("b",)}, ["c", "b"])
+    exc = ZeroDivisionError("boom")
+    out = s.handle(TaskErred("a", "w", exc, None, "text"))
+    r = reports(out)
+    assert r[("c", "c")].status == "error" and r[("c", "c")].exception is exc
+    assert r[("c", "b")].exception is exc
+    assert s.state("b") == s.state("c") == "erred"
+    assert s.s.tasks["c"].exception_blame is s.s.tasks["a"]
+    # submitting a new task on top of an erred one fails at once, without running
+    out = s.submit({"d": ("c",)}, ["d"])
+    assert not computes(out)
+    assert reports(out)[("c", "d")].exception is exc
+
+
+def test_release_while_processing_frees_on_worker_and_forgets():
+    s = Sched(("w", 1))
+    s.submit({"a": ()}, ["a"])
+    out = s.handle(ClientReleasedKeys("c", ["a"]))
+    assert freed(out) == {("w", "a")}
+    assert s.state("a") == "forgotten"
+    # the worker finishes anyway: the late result is dropped on the worker
+    out = s.finish("a", "w")
+    assert freed(out) == {("w", "a")}
+    assert s.state("a") == "forgotten"
+
+
+def test_two_clients_share_a_key():
+    s = Sched(("w", 1))
+    s.handle(ClientAdded("d"))
+    s.submit({"x": ()}, ["x"], client="c")
+    s.submit({"x": ()}, ["x"], client="d")
+    out = s.finish("x", "w")
+    assert set(reports(out)) == {("c", "x"), ("d", "x")}
+    s.handle(ClientReleasedKeys("c", ["x"]))
+    assert s.state("x") == "memory"
+    s.handle(ClientReleasedKeys("d", ["x"]))
+    assert s.state("x") == "forgotten"
+
+
+def test_resubmitting_key_in_memory_reports_at_once():
+    s = Sched(("w", 1))
+    s.submit({"x": ()}, ["x"])
+    s.finish("x", "w")
+    s.handle(ClientAdded("d"))
+    out = s.submit({"x": ()}, ["x"], client="d")
+    assert not computes(out)
+    assert reports(out)[("d", "x")].status == "finished"
+
+
+def test_released_lineage_is_recomputed_when_wanted_again():
+    s = Sched(("w", 1))
+    s.submit({"a": (), "b": ("a",)}, ["b"])
+    s.finish("a", "w")
+    s.finish("b", "w")
+    assert s.state("a") == "released"
+    out = s.submit({"a": ()}, ["a"])
+    assert "a" in computes(out)
+
+
+def test_cancel_stops_task_and_pending_dependents():
+    s = Sched(("w", 1))
+    s.submit({"a": (), "b": ("a",)}, ["a", "b"])
+    out = s.handle(ClientCancelledKeys("c", ["a"]))
+    r = reports(out)
+    assert r[("c", "a")].status == "cancelled"
+    assert r[("c", "b")].status == "cancelled"
+    assert ("w", "a") in freed(out)
+    assert s.state("a") == s.state("b") == "forgotten"
+
+
+def test_cancel_only_this_clients_future_when_others_want_it():
+    s = Sched(("w", 1))
+    s.handle(ClientAdded("d"))
+    s.submit({"x": ()}, ["x"], client="c")
+    s.submit({"x": ()}, ["x"], client="d")
+    out = s.handle(ClientCancelledKeys("c", ["x"]))
+    assert reports(out)[("c", "x")].status == "cancelled"
+    assert ("d", "x") not in reports(out)
+    assert s.state("x") == "processing"
+
+
+def test_client_removed_releases_everything_it_wanted():
+    s = Sched(("w", 1))
+    s.submit({"x": (), "y": ()}, ["x", "y"])
+    s.finish("x", "w")
+    s.handle(ClientRemoved("c"))
+    assert not s.s.tasks
+
+
+def test_no_workers_then_worker_arrives():
+    s = Sched()
+    out = s.submit({"x": ()}, ["x"])
+    assert not computes(out)
+    assert s.state("x") == "queued"
+    out = s.handle(WorkerAdded("w", 1))
+    assert computes(out)["x"].worker == "w"
+
+
+def test_worker_restrictions_strict_and_loose():
+    s = Sched(("w1", 4), ("w2", 4))
+    out = s.submit({"x": ()}, ["x"], workers=("w2",))
+    assert computes(out)["x"].worker == "w2"
+    out = s.submit({"y": ()}, ["y"], workers=("w9",))
+    assert not computes(out) and s.state("y") == "queued"
+    out = s.handle(WorkerAdded("w9", 1))
+    assert computes(out)["y"].worker == "w9"
+    out = s.submit({"z": ()}, ["z"], workers=("nowhere",), allow_other_workers=True)
+    assert computes(out)["z"].worker in ("w1", "w2", "w9")
+
+
+def test_worker_death_reschedules_processing_and_recomputes_lost_data():
+    s = Sched(("w1", 1), ("w2", 1))
+    s.submit({"a": ()}, ["a"], workers=("w1",), allow_other_workers=True)
+    s.submit({"b": ("a",)}, ["b"])
+    s.finish("a", "w1")
+    assert s.s.tasks["b"].processing_on.address == "w1"
+    out = s.handle(WorkerRemoved("w1"))
+    # "a" was only on w1 and a client wants it: it runs again, on the survivor
+    assert reports(out)[("c", "a")].status == "lost"
+    assert computes(out)["a"].worker == "w2"
+    assert s.state("b") == "waiting"
+    s.finish("a", "w2")
+    assert s.state("b") == "processing"
+    assert s.s.tasks["b"].suspicious == 1
+
+
+def test_task_that_keeps_killing_workers_fails_with_killed_worker():
+    s = Sched(("w0", 1), allowed_failures=2)
+    s.submit({"x": ()}, ["x"])
+    for i in range(3):
+        out = s.handle(WorkerRemoved(f"w{i}"))
+        if i < 2:
+            s.handle(WorkerAdded(f"w{i + 1}", 1))
+    r = reports(out)[("c", "x")]
+    assert r.status == "error"
+    assert isinstance(r.exception, KilledWorker)
+    assert "'x'" in str(r.exception)
+    assert s.state("x") == "erred"
+
+
+def test_replicas_and_dependency_unavailable():
+    s = Sched(("w1", 1), ("w2", 1))
+    s.submit({"a": ()}, ["a"], workers=("w1",))
+    s.submit({"b": ("a",)}, ["b"], workers=("w2",))
+    s.finish("a", "w1")
+    s.handle(ReplicasAdded("w2", ["a"], {"a": 10}))
+    assert {w.address for w in s.s.tasks["a"].who_has} == {"w1", "w2"}
+    # w1 dies; w2 still has "a", so nothing is recomputed
+    out = s.handle(WorkerRemoved("w1"))
+    assert "a" not in computes(out)
+    assert s.state("a") == "memory"
+    # the dependent, now on w2, reports it could not fetch: it is rescheduled
+    ts_b = s.s.tasks["b"]
+    worker_b = ts_b.processing_on.address
+    out = s.handle(DependencyUnavailable("b", "a", worker_b))
+    assert "b" in computes(out)
+
+
+def test_lost_dependency_is_a_clear_error():
+    s = Sched(("w", 1))
+    out = s.submit({"b": ("gone",)}, ["b"])
+    err = reports(out)[("c", "b")].exception
+    assert isinstance(err, LostDependency) and "gone" in str(err)
+
+
+def test_aggregates_count_states_durations_and_bytes():
+    s = Sched(("w", 2))
+    keys = [("x-3f2a9c1b", i) for i in range(3)]
+    s.submit({k: () for k in keys}, keys)
+    group = s.s.tasks[keys[0]].group
+    prefix = group.prefix
+    assert group.name == "x-3f2a9c1b" and prefix.name == "x"
+    assert group.states["processing"] == 3
+    s.finish(keys[0], "w", nbytes=100, startstops=[("compute", 10.0, 12.0)])
+    s.finish(keys[1], "w", nbytes=50, startstops=[("transfer", 9.0, 9.5), ("compute", 11.0, 14.0)])
+    assert group.states["memory"] == 2 and group.states["processing"] == 1
+    assert prefix.states["memory"] == 2
+    assert group.nbytes_total == 150 == prefix.nbytes_total
+    assert group.all_durations["compute"] == pytest.approx(5.0)
+    assert group.all_durations["transfer"] == pytest.approx(0.5)
+    assert (group.start, group.stop) == (10.0, 14.0)
+    assert not group.done
+    s.finish(keys[2], "w")
+    assert group.done
+
+
+def test_story_traces_transitions_to_their_stimulus():
+    s = Sched(("w", 1))
+    s.s.handle_stimulus(
+        GraphSubmitted("c", {"x": 1}, {"x": frozenset()}, ["x"], stimulus_id="submit-1")
+    )
+    s.s.handle_stimulus(TaskFinished("x", "w", 1, stimulus_id="done-1"))
+    assert s.s.story("x") == [
+        ("x", "released", "waiting", "submit-1"),
+        ("x", "waiting", "processing", "submit-1"),
+        ("x", "processing", "memory", "done-1"),
+    ]
+
+
+def test_transition_hook_sees_every_change_with_its_event():
+    s = Sched(("w", 1))
+    seen = []
+    s.s.on_transition = lambda ts, old, new, kw: seen.append((ts.key, old, new, kw["event"]))
+    s.submit({"x": ()}, ["x"])
+    s.finish("x", "w", startstops=[("compute", 1.0, 2.0)])
+    assert [(k, o, n) for k, o, n, _ in seen] == [
+        ("x", "released", "waiting"),
+        ("x", "waiting", "processing"),
+        ("x", "processing", "memory"),
+    ]
+    assert isinstance(seen[-1][3], TaskFinished)
+
+
+def test_long_chain_released_without_recursion():
+    s = Sched(("w", 1))
+    n = 5000
+    graph = {"k0": ()}
+    graph.update({f"k{i}": (f"k{i - 1}",) for i in range(1, n)})
+    s.s.handle_stimulus(
+        GraphSubmitted(
+            "c", dict.fromkeys(graph), {k: frozenset(v) for k, v in graph.items()}, [f"k{n - 1}"]
+        )
+    )
+    for i in range(n):
+        s.s.handle_stimulus(TaskFinished(f"k{i}", "w", 1))
+    assert s.state(f"k{n - 1}") == "memory"
+    s.handle(ClientReleasedKeys("c", [f"k{n - 1}"]))
+    assert not s.s.tasks

@@ -1,0 +1,200 @@
+"""The worker state machine, fed events synchronously."""
+
+from __future__ import annotations
+
+from kernel_cluster.core.worker_messages import (
+    ComputeRequested,
+    Execute,
+    ExecuteFailed,
+    ExecuteSkipped,
+    ExecuteSucceeded,
+    FreeKeysRequested,
+    GatherDep,
+    GatherDepFailed,
+    GatherDepSucceeded,
+    PauseChanged,
+    SendDependencyUnavailable,
+    SendReplicasAdded,
+    SendTaskErred,
+    SendTaskFinished,
+)
+from kernel_cluster.core.worker_state import WorkerState
+
+
+class W:
+    def __init__(self, nthreads: int = 1, prefetch: int = 0):
+        self.w = WorkerState(address="me", nthreads=nthreads, prefetch=prefetch)
+        self.priority = 0
+
+    def compute(self, key, who_has=None, nbytes=None, priority=None) -> list:
+        self.priority += 1
+        p = (0, priority if priority is not None else self.priority, self.priority)
+        return self.handle(
+            ComputeRequested(key, f"spec-{key}", who_has or {}, nbytes or {}, p, key)
+        )
+
+    def done(self, key, value=1, nbytes=8, start=0.0, stop=1.0) -> list:
+        return self.handle(ExecuteSucceeded(key, value, nbytes, "int", [("compute", start, stop)]))
+
+    def handle(self, *events) -> list:
+        out = self.w.handle_stimulus(*events)
+        self.w.validate_state()
+        return out
+
+
+def executes(out: list) -> list:
+    return [i.key for i in out if isinstance(i, Execute)]
+
+
+def of(kind, out: list) -> list:
+    return [i for i in out if isinstance(i, kind)]
+
+
+def test_runs_up_to_nthreads_plus_prefetch_in_priority_order():
+    w = W(nthreads=1, prefetch=1)
+    out = w.handle(
+        *[
+            ComputeRequested(k, None, {}, {}, (0, p, p), "x")
+            for k, p in [("late", 9), ("early", 1), ("mid", 5)]
+        ]
+    )
+    assert executes(out) == ["early", "mid"]
+    out = w.done("early")
+    assert executes(out) == ["late"]
+    finished = of(SendTaskFinished, out)
+    assert [f.key for f in finished] == ["early"]
+    assert w.w.data["early"] == 1
+
+
+def test_finished_message_carries_bytes_type_and_startstops():
+    w = W()
+    w.compute("x")
+    out = w.handle(ExecuteSucceeded("x", "v", 42, "str", [("compute", 1.0, 2.0)], thread=7))
+    (msg,) = of(SendTaskFinished, out)
+    assert (msg.nbytes, msg.type_name, msg.startstops, msg.thread) == (
+        42,
+        "str",
+        [("compute", 1.0, 2.0)],
+        7,
+    )
+
+
+def test_local_inputs_make_a_task_ready_at_once():
+    w = W()
+    w.compute("a")
+    w.done("a")
+    out = w.compute("b", who_has={"a": ("me",)})
+    assert executes(out) == ["b"]
+
+
+def test_fetches_inputs_from_peers_in_one_batch_per_peer():
+    w = W()
+    out = w.compute("c", who_has={"a": ("p1",), "b": ("p1",)}, nbytes={"a": 5, "b": 7})
+    (gd,) = of(GatherDep, out)
+    assert gd.worker == "p1" and sorted(gd.keys) == ["a", "b"] and gd.total_nbytes == 12
+    assert not executes(out)
+    out = w.handle(GatherDepSucceeded("p1", {"a": 1, "b": 2}, {"a": 5, "b": 7}, 3.0, 4.0))
+    assert executes(out) == ["c"]
+    (added,) = of(SendReplicasAdded, out)
+    assert sorted(added.keys) == ["a", "b"]
+    out = w.done("c", start=4.0, stop=5.0)
+    (msg,) = of(SendTaskFinished, out)
+    # the transfer is attached to the task that needed the data
+    assert ("transfer", 3.0, 4.0, "p1") in msg.startstops
+    assert ("compute", 4.0, 5.0) in msg.startstops
+
+
+def test_fetch_retries_other_holder_then_gives_up():
+    w = W()
+    out = w.compute("c", who_has={"a": ("p1", "p2")})
+    first = of(GatherDep, out)[0].worker
+    out = w.handle(GatherDepFailed(first, ["a"]))
+    (gd,) = of(GatherDep, out)
+    assert gd.worker != first
+    # the second holder answers without the key: nobody has it, tell the scheduler
+    out = w.handle(GatherDepSucceeded(gd.worker, {}, {}, 0.0, 0.0))
+    (msg,) = of(SendDependencyUnavailable, out)
+    assert (msg.key, msg.dependency) == ("c", "a")
+    assert "c" not in w.w.tasks and "a" not in w.w.tasks
+
+
+def test_cancelled_while_executing_drops_the_result():
+    w = W()
+    w.compute("x")
+    w.handle(FreeKeysRequested(["x"]))
+    assert w.w.tasks["x"].cancelled
+    out = w.done("x")
+    assert not of(SendTaskFinished, out)
+    assert "x" not in w.w.data and "x" not in w.w.tasks
+
+
+def test_re_requested_while_cancelled_reports_normally():
+    w = W()
+    w.compute("x")
+    w.handle(FreeKeysRequested(["x"]))
+    w.compute("x")
+    out = w.done("x")
+    assert [m.key for m in of(SendTaskFinished, out)] == ["x"]
+
+
+def test_free_keys_drops_data():
+    w = W()
+    w.compute("x")
+    w.done("x")
+    w.handle(FreeKeysRequested(["x"]))
+    assert not w.w.data and not w.w.tasks
+
+
+def test_freed_input_still_read_by_a_local_task_waits_for_it():
+    w = W(nthreads=1, prefetch=1)
+    w.compute("a")
+    w.done("a")
+    w.compute("b", who_has={"a": ("me",)})
+    w.handle(FreeKeysRequested(["a"]))
+    assert "a" in w.w.data  # "b" is about to read it
+    w.done("b")
+    assert "a" not in w.w.data
+
+
+def test_failure_is_reported_with_its_exception():
+    w = W()
+    w.compute("x")
+    exc = ValueError("bad")
+    out = w.handle(ExecuteFailed("x", exc, None, "ValueError: bad", [("compute", 0.0, 1.0)]))
+    (msg,) = of(SendTaskErred, out)
+    assert msg.exception is exc and msg.exception_text == "ValueError: bad"
+    assert w.w.tasks["x"].state == "error"
+
+
+def test_pause_stops_new_work_and_skipped_tasks_run_later():
+    w = W(nthreads=1, prefetch=1)
+    w.compute("a")
+    w.compute("b")
+    w.handle(PauseChanged(True))
+    out = w.compute("c")
+    assert not executes(out)
+    # the thread found the worker paused and handed "b" back
+    w.handle(ExecuteSkipped("b"))
+    assert w.w.tasks["b"].state == "ready"
+    out = w.done("a")
+    assert not executes(out)
+    out = w.handle(PauseChanged(False))
+    assert executes(out) == ["b", "c"]
+
+
+def test_skipped_because_cancelled_is_forgotten():
+    w = W(nthreads=1, prefetch=1)
+    w.compute("a")
+    w.compute("b")
+    w.handle(FreeKeysRequested(["b"]))
+    w.handle(ExecuteSkipped("b"))
+    assert "b" not in w.w.tasks
+
+
+def test_compute_for_key_already_held_reports_at_once():
+    w = W()
+    w.compute("a", who_has={}, nbytes={})
+    w.done("a")
+    out = w.compute("a")
+    assert [m.key for m in of(SendTaskFinished, out)] == ["a"]
+    assert not executes(out)
