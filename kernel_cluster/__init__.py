@@ -1,1 +1,22 @@
 """kernel-cluster: a task engine in the Jupyter kernel, instrumented end to end."""
+
+from .client import Client, get_client
+from .core.scheduler_state import KilledWorker
+from .core.spec import GraphError
+from .engine.cluster import KernelCluster
+from .futures import CancelledError, Future, as_completed, wait
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CancelledError",
+    "Client",
+    "Future",
+    "GraphError",
+    "KernelCluster",
+    "KilledWorker",
+    "__version__",
+    "as_completed",
+    "get_client",
+    "wait",
+]

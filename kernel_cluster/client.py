@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import cloudpickle
+
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
     ClientCancelledKeys,
@@ -31,6 +33,8 @@ from .core.spec import (
     parse_graph,
 )
 from .engine.cluster import KernelCluster
+from .engine.comm import SerializationError
+from .engine.execute import unpack_exception
 from .futures import CancelledError, Future, FutureState
 from .tokenize import funcname, function_token, tokenize
 
@@ -94,6 +98,9 @@ class Client:
         self._releases: list[Key] = []
         self._flush_pending = False
         self._seq = itertools.count(1)
+        # workers in other processes get tasks as bytes, pickled here so that a
+        # function or argument that cannot travel fails at submit, naming the task
+        self._pickle_tasks = cluster.processes
         self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
         if set_as_default:
             _current_client = self
@@ -113,7 +120,10 @@ class Client:
     def _schedule_flush(self) -> None:
         if not self._flush_pending and self.status == "running":
             self._flush_pending = True
-            self._loop.call_soon(self._flush)
+            try:
+                self._loop.call_soon(self._flush)
+            except RuntimeError:  # the cluster closed under us: nothing left to tell it
+                pass
 
     def _flush(self) -> None:
         with self._lock:
@@ -144,10 +154,25 @@ class Client:
                 self._releases.append(key)
                 self._schedule_flush()
 
+    def _release_keys(self, keys: list[Key]) -> None:
+        with self._lock:
+            refcount = self._refcount
+            for key in keys:
+                n = refcount.get(key, 0) - 1
+                if n > 0:
+                    refcount[key] = n
+                    continue
+                refcount.pop(key, None)
+                self._states.pop(key, None)
+                if self.status == "running":
+                    self._releases.append(key)
+            if self._releases:
+                self._schedule_flush()
+
     def _future(self, key: Key, seq: int) -> Future:
         """A future for ``key`` sharing the state of any other future for it (lock held)."""
         state = self._states.get(key)
-        if state is None:
+        if state is None or state.status == "cancelled":
             state = self._states[key] = FutureState(seq)
         return Future(key, self, state)
 
@@ -166,8 +191,10 @@ class Client:
                         st.event.clear()
                     continue
                 st.status = r.status
-                st.exception = r.exception
-                st.traceback = r.traceback
+                if r.exception is not None and not isinstance(r.exception, BaseException):
+                    st.exception, st.traceback = unpack_exception(r.exception, r.traceback)
+                else:
+                    st.exception, st.traceback = r.exception, r.traceback
                 if st.event is not None:
                     st.event.set()
                 if st.callbacks:
@@ -214,7 +241,7 @@ class Client:
             raise TypeError(f"submit() needs a callable first, got {type(fn).__name__} {fn!r}.")
         self._check_running()
         deps: set = set()
-        args2 = _replace_futures(args, deps, self)
+        args2 = tuple(_replace_futures(a, deps, self) for a in args)
         kwargs2 = _replace_futures(kwargs, deps, self) if kwargs else None
         if key is None:
             token = tokenize(function_token(fn), args2, kwargs2) if pure else uuid.uuid4().hex
@@ -222,10 +249,11 @@ class Client:
         else:
             validate_key(key)
         spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
+        payload = _dumps_task(key, spec) if self._pickle_tasks else spec
         with self._lock:
             event = GraphSubmitted(
                 self.id,
-                {key: spec},
+                {key: payload},
                 {key: spec.dependencies},
                 [key],
                 None,
@@ -270,7 +298,7 @@ class Client:
         out_keys = []
         for i in range(n):
             deps = set(deps_kw)
-            args = _replace_futures(tuple(c[i] for c in columns), deps, self)
+            args = tuple(_replace_futures(c[i], deps, self) for c in columns)
             if isinstance(key, list):
                 k = keys[i]
             elif pure:
@@ -281,7 +309,7 @@ class Client:
             if k in specs:
                 continue
             spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
-            specs[k] = spec
+            specs[k] = _dumps_task(k, spec) if self._pickle_tasks else spec
             dependencies[k] = spec.dependencies
             order[k] = i
         with self._lock:
@@ -314,11 +342,32 @@ class Client:
         wanted = list(dict.fromkeys(flat))
         order = graph_order(specs, wanted)
         deps = {k: s.dependencies for k, s in specs.items()}
+        payloads: dict = (
+            {k: _dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
+        )
         with self._lock:
-            seq = self._enqueue(GraphSubmitted(self.id, specs, deps, wanted, order, None))
-            futures = [self._future(k, seq) for k in wanted]
-        results = self.gather(futures)
-        return pack_results(keys, dict(zip(wanted, results)))
+            seq = self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, None))
+            states = []
+            for k in wanted:  # plain references, not Future objects: released in one go
+                st = self._states.get(k)
+                if st is None or st.status == "cancelled":
+                    st = self._states[k] = FutureState(seq)
+                self._refcount[k] = self._refcount.get(k, 0) + 1
+                states.append(st)
+        try:
+            for k, st in zip(wanted, states):
+                self._wait_for(st, k, None)
+            for k, st in zip(wanted, states):
+                if st.status == "error":
+                    assert st.exception is not None
+                    raise st.exception.with_traceback(st.traceback)
+                if st.status == "cancelled":
+                    raise CancelledError(k)
+            data = self._gather_keys(wanted)
+        finally:
+            del states
+            self._release_keys(wanted)
+        return pack_results(keys, data)
 
     # -- collecting results -----------------------------------------------------------
 
@@ -334,21 +383,32 @@ class Client:
         for f in flat:
             self._wait_for(f._state, f.key, None)
         good = []
+        failed: tuple[FutureState, Key] | None = None
         for f in flat:
-            st = f._state
-            if st.status == "finished":
+            if f._state.status == "finished":
                 good.append(f.key)
             elif errors == "raise":
-                if st.status == "error":
-                    assert st.exception is not None
-                    raise st.exception.with_traceback(st.traceback)
-                raise CancelledError(f.key)
+                failed = f._state, f.key
+                break
+        if failed is not None:
+            # the traceback keeps this frame: let go of the futures first (see Future.result)
+            del futures, flat, f
+            st, key = failed
+            if st.status == "error":
+                assert st.exception is not None
+                raise st.exception.with_traceback(st.traceback)
+            raise CancelledError(key)
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
         return _rebuild(futures, data)
 
     def _gather_keys(self, keys: list[Key]) -> dict:
         data, missing = self._loop.run(self._scheduler.gather, keys)
         if missing:
+            with self._lock:
+                erred = [self._states.get(k) for k in missing]
+            for st in erred:  # e.g. a result that turned out not to be serialisable
+                if st is not None and st.status == "error" and st.exception is not None:
+                    raise st.exception.with_traceback(st.traceback)
             raise KeyError(
                 f"{len(missing)} results are no longer on the cluster (first: {missing[0]!r}); "
                 "they were released or their worker was lost."
@@ -359,18 +419,47 @@ class Client:
         """Stop these tasks (and whatever depends on them) if they have not finished."""
         fs = [futures] if isinstance(futures, Future) else list(futures)
         keys = [f.key for f in fs]
-        if keys and self.status == "running":
-            with self._lock:
-                self._enqueue(ClientCancelledKeys(self.id, keys))
+        if not keys or self.status != "running":
+            return
+        callbacks: list[Callable[[], None]] = []
+        with self._lock:
+            self._enqueue(ClientCancelledKeys(self.id, keys))
+            for f in fs:
+                # cancelled now, and detached from the key: submitting the same key again
+                # makes a fresh state, which the scheduler's (older) answer does not touch
+                if self._states.get(f.key) is f._state:
+                    del self._states[f.key]
+                callbacks.extend(_mark_cancelled(f._state, f.key))
+        for cb in callbacks:
+            _run_callback(cb)
 
     # -- information ------------------------------------------------------------------
 
     def scheduler_info(self) -> dict:
+        """The workers (address, name, threads, memory, pid, ...) and task counts."""
         return self._loop.run(self._scheduler.scheduler_info)
+
+    def run(self, fn: Callable, workers: list[str] | None = None) -> dict:
+        """Call ``fn()`` on every worker, or ``fn(dask_worker=worker)`` if it takes that.
+
+        Returns ``{worker_address: result}``; an exception on any worker is raised here.
+        """
+        self._check_running()
+        return self._loop.run(self._scheduler.run_on_workers, fn, workers)
+
+    def restart(self) -> None:
+        """Cancel every future on the cluster and replace every worker."""
+        self._check_running()
+        self.cluster.restart()
 
     def _check_running(self) -> None:
         if self.status != "running":
             raise RuntimeError(f"{self.id} is closed; create a new Client().")
+        if self.cluster.status != "running":
+            raise RuntimeError(
+                f"{self.cluster.name} is closed; {self.id} cannot run anything on it. "
+                "Create a new KernelCluster and Client."
+            )
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -391,12 +480,7 @@ class Client:
             self.status = "closed"
             for key, st in self._states.items():
                 if not st.done():
-                    st.status = "cancelled"
-                    st.exception = CancelledError(key)
-                    if st.event is not None:
-                        st.event.set()
-                    callbacks.extend(st.callbacks or ())
-                    st.callbacks = None
+                    callbacks.extend(_mark_cancelled(st, key))
         for cb in callbacks:
             _run_callback(cb)
         if _current_client is self:
@@ -413,6 +497,29 @@ class Client:
     def __repr__(self) -> str:
         info = self.cluster
         return f"<Client {self.id} {self.status}, cluster={info!r}>"
+
+
+def _dumps_task(key: Key, spec: TaskSpec) -> bytes:
+    """Pickle a task for another process, or say which part of it cannot travel."""
+    try:
+        return cloudpickle.dumps(spec, protocol=5)
+    except Exception as exc:
+        call = spec.expr
+        parts: list[tuple[str, Any]] = [("the function", call.func)]
+        parts += [(f"argument {i}", a) for i, a in enumerate(call.args)]
+        parts += [(f"keyword argument {k!r}", v) for k, v in (call.kwargs or {}).items()]
+        for what, obj in parts:
+            try:
+                cloudpickle.dumps(obj, protocol=5)
+            except Exception as inner:
+                raise SerializationError(
+                    f"{what} of task {key!r}",
+                    type(obj).__name__,
+                    f"{type(inner).__name__}: {inner}",
+                ) from None
+        raise SerializationError(
+            f"task {key!r}", type(spec).__name__, f"{type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _placement(workers: Iterable[str] | str | None, loose: bool) -> dict | None:
@@ -434,12 +541,29 @@ def _replace_futures(obj: Any, deps: set, client: Client) -> Any:
         deps.add(obj.key)
         return Ref(obj.key)
     if t is tuple:
-        return tuple(_replace_futures(v, deps, client) for v in obj)
+        items = [_replace_futures(v, deps, client) for v in obj]
+        if _holds_ref(items):
+            # tasks only look for references inside lists, dicts and calls: rebuild the
+            # tuple from a list when it runs
+            return Call(tuple, (items,))
+        return tuple(items)
     if t is list:
         return [_replace_futures(v, deps, client) for v in obj]
     if t is dict:
         return {k: _replace_futures(v, deps, client) for k, v in obj.items()}
     return obj
+
+
+def _holds_ref(values: Iterable) -> bool:
+    for v in values:
+        t = type(v)
+        if t is Ref or t is Call:
+            return True
+        if t is list and _holds_ref(v):
+            return True
+        if t is dict and _holds_ref(v.values()):
+            return True
+    return False
 
 
 def _collect_futures(obj: Any, out: list[Future]) -> None:
@@ -469,6 +593,18 @@ def _rebuild(obj: Any, data: dict) -> Any:
     if t in (set, frozenset):
         return t(_rebuild(v, data) for v in obj)
     return obj
+
+
+def _mark_cancelled(st: FutureState, key: Key) -> list[Callable[[], None]]:
+    """Finish ``st`` as cancelled (client lock held); returns the callbacks to run."""
+    st.status = "cancelled"
+    st.exception = CancelledError(key)
+    st.traceback = None
+    if st.event is not None:
+        st.event.set()
+    callbacks = st.callbacks or []
+    st.callbacks = None
+    return callbacks
 
 
 def _run_callback(cb: Callable[[], None]) -> None:

@@ -78,15 +78,21 @@ class Future:
 
         A ``TimeoutError`` leaves the task running.
         """
-        self.client._wait_for(self._state, self.key, timeout)
-        status = self._state.status
-        if status == "error":
-            exc = self._state.exception
-            assert exc is not None
-            raise exc.with_traceback(self._state.traceback)
-        if status == "cancelled":
-            raise CancelledError(self.key)
-        return self.client._gather_keys([self.key])[self.key]
+        try:
+            self.client._wait_for(self._state, self.key, timeout)
+            status = self._state.status
+            if status == "error":
+                exc = self._state.exception
+                assert exc is not None
+                raise exc.with_traceback(self._state.traceback)
+            if status == "cancelled":
+                raise CancelledError(self.key)
+            return self.client._gather_keys([self.key])[self.key]
+        finally:
+            # A raised task error keeps this frame in its traceback, and the error object
+            # is shared with the scheduler: holding the future here would keep its key
+            # wanted for good once the user lets go of it (concurrent.futures does this too).
+            del self
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self.client._wait_for(self._state, self.key, timeout)

@@ -42,6 +42,15 @@ def _split_cached(name: object) -> str:
 
 
 def _split_str(key: str) -> str:
+    # "name-<token>" and "name-<index>" are by far the most common keys: whatever the
+    # last word is, if it is not a name part the answer is the (cached) one for the rest
+    head, sep, tail = key.rpartition("-")
+    if sep and head and not (tail.isalpha() and not (len(tail) == 8 and _HEX8.match(tail))):
+        return _split_cached(head)
+    return _split_words(key)
+
+
+def _split_words(key: str) -> str:
     if not key:
         return key
     if key[0] == "<":

@@ -69,6 +69,18 @@ class DependencyUnavailable:
 
 
 @dataclass(slots=True)
+class ResultUnserializable:
+    """A worker holds ``key`` but cannot send it anywhere: the task fails after all."""
+
+    key: Key
+    worker: str
+    exception: Any
+    exception_text: str = ""
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
 class ReplicasAdded:
     """A worker now holds copies of these keys (it fetched them for a dependent)."""
 
@@ -121,8 +133,11 @@ class WorkerAdded:
 
 @dataclass(slots=True)
 class WorkerRemoved:
+    """``expected``: stopped on purpose (scale down, close), so its tasks are not to blame."""
+
     address: str
     reason: str = ""
+    expected: bool = False
     stimulus_id: str = ""
     time: float = 0.0
 
@@ -172,6 +187,7 @@ SchedulerEvent = (
     | TaskFinished
     | TaskErred
     | DependencyUnavailable
+    | ResultUnserializable
     | ReplicasAdded
     | ClientReleasedKeys
     | ClientCancelledKeys

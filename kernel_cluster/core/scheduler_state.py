@@ -31,6 +31,7 @@ from .scheduler_messages import (
     GraphSubmitted,
     ReplicasAdded,
     ReportKey,
+    ResultUnserializable,
     TaskErred,
     TaskFinished,
     WorkerAdded,
@@ -401,8 +402,14 @@ class SchedulerState:
         stack = [root]
         while stack:
             ts = stack.pop()
-            if ts.state == "erred" or ts.state == "memory":
+            if ts.state == "erred" or (ts.state == "memory" and ts is not root):
                 continue
+            if ts.state == "memory":  # its value exists but is unusable: drop every copy
+                for holder in ts.who_has:
+                    holder.has_what.discard(ts)
+                    holder.nbytes -= ts.nbytes
+                    self._instructions.append(FreeKeys(holder.address, [ts.key], self._stimulus_id))
+                ts.who_has.clear()
             ws = ts.processing_on
             if ws is not None:  # a dependent running elsewhere: stop it
                 ws.processing.discard(ts)
@@ -433,6 +440,13 @@ class SchedulerState:
                 self._instructions.append(
                     ReportKey(cs.id, ts.key, "error", ts.exception, ts.traceback, self._stimulus_id)
                 )
+
+    def _handle_result_unserializable(self, ev: ResultUnserializable) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "memory":
+            return
+        ts.exception_text = ev.exception_text
+        self._set_erred(ts, ev.exception, None, ts, ev)
 
     def _handle_replicas_added(self, ev: ReplicasAdded) -> None:
         ws = self.workers.get(ev.worker)
@@ -662,7 +676,8 @@ class SchedulerState:
         for ts in sorted(ws.processing):
             ws.processing.discard(ts)
             ts.processing_on = None
-            ts.suspicious += 1
+            if not ev.expected:
+                ts.suspicious += 1
             if ts.suspicious > self.allowed_failures:
                 err = KilledWorker(ts.key, ws.address, self.allowed_failures)
                 self._set_state(ts, "waiting")  # erred from a pending state
@@ -789,6 +804,7 @@ class SchedulerState:
         TaskFinished: _handle_task_finished,
         TaskErred: _handle_task_erred,
         DependencyUnavailable: _handle_dependency_unavailable,
+        ResultUnserializable: _handle_result_unserializable,
         ReplicasAdded: _handle_replicas_added,
         ClientReleasedKeys: _handle_client_released_keys,
         ClientCancelledKeys: _handle_client_cancelled_keys,

@@ -41,8 +41,10 @@ class _Aggregate:
         self.stop = 0.0
 
     def add_startstops(self, startstops: list[tuple]) -> None:
-        for action, start, stop, *_ in startstops:
-            self.all_durations[action] += stop - start
+        durations = self.all_durations
+        for ss in startstops:
+            action, start, stop = ss[0], ss[1], ss[2]
+            durations[action] += stop - start
             if action == "compute":
                 if not self.start or start < self.start:
                     self.start = start

@@ -202,6 +202,8 @@ class WorkerState:
 
     def _detach(self, ts: WorkerTask) -> None:
         """``ts`` is done with its inputs: let go of fetched inputs nobody else needs."""
+        if not ts.dependencies:
+            return
         ts.waiting_for_data.clear()
         for dts in ts.dependencies:
             dts.dependents.discard(ts)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import itertools
 import logging
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -15,7 +21,9 @@ import psutil
 
 from ..core.keys import Key
 from .channels import Dispatcher, LocalChannel
+from .comm import TOKEN_ENV, new_secret, write_secret_file
 from .loop import LoopThread
+from .remote import ConnectionPool, RemoteData, SchedulerServer
 from .scheduler import Scheduler
 from .worker import Worker
 
@@ -26,16 +34,50 @@ _live_clusters: weakref.WeakSet[KernelCluster] = weakref.WeakSet()
 
 
 class LocalDirectory:
-    """Embedded workers read each other's data directly: same process, no copies."""
+    """Embedded workers read each other's data directly: same process, no copies.
 
-    def __init__(self) -> None:
+    Addresses of other processes are handed to ``remote`` (a RemoteData).
+    """
+
+    def __init__(self, remote: RemoteData | None = None) -> None:
         self.workers: dict[str, Worker] = {}
+        self.remote = remote
 
     async def get_data(self, peer: str, keys: list[Key]) -> tuple[dict, dict]:
         worker = self.workers.get(peer)
-        if worker is None:
+        if worker is not None:
+            return worker.get_data(keys, "")
+        if self.remote is not None and not peer.startswith("inproc://"):
+            return await self.remote.get_data(peer, keys)
+        raise OSError(f"Worker {peer} is gone")
+
+    async def run(self, peer: str, fn: Any) -> Any:
+        worker = self.workers.get(peer)
+        if worker is not None:
+            return await worker.run_function(fn)
+        if self.remote is None:
             raise OSError(f"Worker {peer} is gone")
-        return worker.get_data(keys, "")
+        import cloudpickle
+
+        from .execute import unpack_exception
+
+        reply = await self.remote.pool.rpc(peer, {"op": "run", "function": cloudpickle.dumps(fn)})
+        if reply["status"] != "OK":
+            exc, tb = unpack_exception(reply["exception"], reply.get("traceback"))
+            raise exc.with_traceback(tb)
+        return cloudpickle.loads(reply["result"])
+
+
+class _WorkerProcess:
+    """The nanny's record of one worker subprocess."""
+
+    def __init__(self, name: str, proc: asyncio.subprocess.Process):
+        self.name = name
+        self.proc = proc
+        self.address = ""
+        self.registered = asyncio.Event()
+        self.stopping = False
+        self.monitor: asyncio.Task | None = None
 
 
 def parse_memory_limit(memory_limit: int | float | str | None, n_workers: int) -> int:
@@ -95,11 +137,10 @@ class KernelCluster:
         *,
         worker_saturation: float = 2.0,
         allowed_failures: int = 3,
+        heartbeat_interval: float = 0.5,
+        death_timeout: float = 10.0,
+        worker_start_timeout: float = 60.0,
     ):
-        if processes:
-            raise NotImplementedError(
-                "Subprocess workers are not available yet; use processes=False (embedded)."
-            )
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
         if threads_per_worker is None:
@@ -113,10 +154,19 @@ class KernelCluster:
         self.threads_per_worker = threads_per_worker
         self.memory_limit = parse_memory_limit(memory_limit, n_workers)
         self.processes = processes
+        self.heartbeat_interval = heartbeat_interval
+        self.worker_start_timeout = worker_start_timeout
         self.status = "starting"
         self._lock = threading.Lock()
         self._worker_counter = itertools.count()
-        self.directory = LocalDirectory()
+        self._procs: dict[str, _WorkerProcess] = {}
+        self.secret = new_secret()
+        self.local_directory = tempfile.mkdtemp(prefix=f"kernel-cluster-{os.getpid()}-")
+        # the secret on disk (mode 0600) lets `kernel-cluster-worker --token-file` join
+        self.token_file = os.path.join(self.local_directory, "token")
+        write_secret_file(self.token_file, self.secret)
+        self.pool = ConnectionPool(self.secret)
+        self.directory = LocalDirectory(RemoteData(self.pool))
         self.dispatcher = Dispatcher()
         self.loop_thread = LoopThread(f"{self.name}-loop")
         self.scheduler: Scheduler = self.loop_thread.run(
@@ -126,19 +176,124 @@ class KernelCluster:
                 allowed_failures=allowed_failures,
             )
         )
+        self.server: SchedulerServer | None = None
         self.workers: dict[str, Worker] = self.directory.workers
+        _live_clusters.add(self)
         try:
-            for _ in range(n_workers):
-                self.loop_thread.run(self._start_worker)
+            if processes:
+                self.server = SchedulerServer(
+                    self.scheduler,
+                    self.secret,
+                    death_timeout=death_timeout,
+                    on_register=self._on_register,
+                )
+                self.loop_thread.run(self.server.start)
+                self.loop_thread.run(self._spawn_many, n_workers)
+            else:
+                for _ in range(n_workers):
+                    self.loop_thread.run(self._start_worker)
         except BaseException:
             self.close()
             raise
         self.status = "running"
-        _live_clusters.add(self)
 
     @property
     def loop(self):
         return self.loop_thread.loop
+
+    @property
+    def scheduler_address(self) -> str:
+        """Where worker processes connect (process mode only)."""
+        return self.server.address if self.server is not None else ""
+
+    # -- worker subprocesses (the nanny) ---------------------------------------------
+
+    async def _spawn_many(self, n: int) -> None:
+        await asyncio.gather(*(self._spawn() for _ in range(n)))
+
+    async def _spawn(self) -> _WorkerProcess:
+        assert self.server is not None
+        name = f"worker-{next(self._worker_counter)}"
+        env = dict(os.environ)
+        env[TOKEN_ENV] = self.secret.hex()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "kernel_cluster.worker",
+            self.server.address,
+            "--nthreads",
+            str(self.threads_per_worker),
+            "--memory-limit",
+            str(self.memory_limit),
+            "--name",
+            name,
+            "--heartbeat-interval",
+            str(self.heartbeat_interval),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        wp = _WorkerProcess(name, proc)
+        self._procs[name] = wp
+        wp.monitor = asyncio.get_running_loop().create_task(self._monitor(wp))
+        exited = asyncio.ensure_future(proc.wait())
+        registered = asyncio.ensure_future(wp.registered.wait())
+        await asyncio.wait(
+            {exited, registered},
+            timeout=self.worker_start_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        exited.cancel()
+        registered.cancel()
+        if not wp.registered.is_set():
+            wp.stopping = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise RuntimeError(
+                f"Worker process {name} did not start (exit code {proc.returncode}); "
+                "its error output is in the kernel's log."
+            )
+        return wp
+
+    def _on_register(self, address: str, reg: dict) -> None:
+        wp = self._procs.get(reg.get("name", ""))
+        if wp is not None:
+            wp.address = address
+            wp.registered.set()
+
+    async def _monitor(self, wp: _WorkerProcess) -> None:
+        code = await wp.proc.wait()
+        self._procs.pop(wp.name, None)
+        if wp.address:
+            self.scheduler.remove_worker(
+                wp.address, reason=f"process exited ({code})", expected=wp.stopping
+            )
+        if wp.stopping or self.status not in ("running", "starting"):
+            return
+        logger.warning("Worker %s died (exit code %s); starting a new one", wp.name, code)
+        try:
+            await self._spawn()
+        except Exception:
+            logger.exception("Could not restart a worker")
+
+    async def _stop_process(self, wp: _WorkerProcess, timeout: float = 5.0) -> None:
+        wp.stopping = True
+        if wp.address:
+            self.scheduler.remove_worker(wp.address, reason="stopped", expected=True)
+        if wp.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                wp.proc.terminate()
+            try:
+                await asyncio.wait_for(wp.proc.wait(), timeout)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    wp.proc.kill()
+                await wp.proc.wait()
+        if wp.monitor is not None:
+            await asyncio.gather(wp.monitor, return_exceptions=True)
+
+    def worker_pids(self) -> dict[str, int]:
+        """Process id of each worker subprocess, by address."""
+        return {wp.address: wp.proc.pid for wp in self._procs.values() if wp.address}
 
     def _start_worker(self) -> Worker:
         i = next(self._worker_counter)
@@ -166,28 +321,56 @@ class KernelCluster:
             nthreads=worker.nthreads,
             memory_limit=worker.memory_limit,
             name=worker.name,
+            pid=os.getpid(),
         )
+        worker.heartbeat_task = loop.create_task(worker.heartbeat_loop(self.heartbeat_interval))
         return worker
 
-    def _stop_worker(self, address: str) -> None:
+    def _stop_worker(self, address: str) -> Worker | None:
         worker = self.directory.workers.pop(address, None)
         if worker is None:
-            return
-        self.scheduler.remove_worker(address, reason="stopped")
-        worker.close()
+            return None
+        self.scheduler.remove_worker(address, reason="stopped", expected=True)
+        worker.stop_accepting()
+        return worker
+
+    @property
+    def n_workers(self) -> int:
+        if self.processes:
+            return sum(1 for wp in self._procs.values() if not wp.stopping)
+        return len(self.workers)
 
     def scale(self, n: int) -> None:
-        """Start or stop embedded workers until there are ``n``."""
-        if n < 0:
-            raise ValueError(f"Cannot scale to {n} workers.")
+        """Start or stop workers until there are ``n``."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"Cannot scale to {n!r} workers; give a whole number >= 0.")
+        stopped = self.loop_thread.run(self._scale, n, timeout=self.worker_start_timeout + 30)
+        for worker in stopped:
+            worker.close()
 
-        def adjust() -> None:
-            while len(self.workers) < n:
-                self._start_worker()
-            while len(self.workers) > n:
-                self._stop_worker(next(reversed(self.workers)))
+    async def _scale(self, n: int) -> list[Worker]:
+        if self.processes:
+            live = [wp for wp in self._procs.values() if not wp.stopping]
+            if len(live) < n:
+                await asyncio.gather(*(self._spawn() for _ in range(n - len(live))))
+            elif len(live) > n:
+                await asyncio.gather(*(self._stop_process(wp) for wp in live[n:]))
+            return []
+        stopped = []
+        while len(self.workers) < n:
+            self._start_worker()
+        while len(self.workers) > n:
+            w = self._stop_worker(next(reversed(self.workers)))
+            if w is not None:
+                stopped.append(w)
+        return stopped
 
-        self.loop_thread.run(adjust)
+    def restart(self) -> None:
+        """Cancel every task and replace every worker with a fresh one."""
+        n = self.n_workers
+        self.loop_thread.run(self.scheduler.cancel_everything)
+        self.scale(0)
+        self.scale(n)
 
     def close(self) -> None:
         with self._lock:
@@ -202,15 +385,28 @@ class KernelCluster:
                 logger.warning("%s: workers did not stop within 30 s", self.name)
         for worker in workers:
             worker.close()  # joins its task threads, off the loop
+        for wp in list(self._procs.values()):  # the loop could not stop them: be blunt
+            with contextlib.suppress(ProcessLookupError):
+                wp.proc.kill()
         self.loop_thread.stop()
+        shutil.rmtree(self.local_directory, ignore_errors=True)
         self.status = "closed"
         _live_clusters.discard(self)
 
-    def _close_on_loop(self) -> None:
+    async def _close_on_loop(self) -> None:
+        # clients still attached would otherwise wait for ever on futures nobody computes
+        self.scheduler.cancel_everything()
         for address in list(self.directory.workers):
             worker = self.directory.workers.pop(address)
-            self.scheduler.remove_worker(address, reason="cluster closed")
+            self.scheduler.remove_worker(address, reason="cluster closed", expected=True)
             worker.stop_accepting()
+        await asyncio.gather(
+            *(self._stop_process(wp) for wp in list(self._procs.values())),
+            return_exceptions=True,
+        )
+        if self.server is not None:
+            await self.server.stop()
+        await self.pool.close()
 
     def __enter__(self) -> KernelCluster:
         return self
@@ -219,8 +415,9 @@ class KernelCluster:
         self.close()
 
     def __repr__(self) -> str:
+        kind = "processes" if self.processes else "embedded"
         return (
-            f"<{self.name} {self.status}: {len(self.workers)} workers x "
+            f"<{self.name} {self.status}: {self.n_workers} {kind} workers x "
             f"{self.threads_per_worker} threads>"
         )
 

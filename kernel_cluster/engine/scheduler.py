@@ -16,12 +16,14 @@ from typing import Any, Protocol
 from ..core.keys import Key
 from ..core.scheduler_messages import (
     ClientAdded,
+    ClientCancelledKeys,
     ClientRemoved,
     ComputeTask,
     DependencyUnavailable,
     FreeKeys,
     ReplicasAdded,
     ReportKey,
+    ResultUnserializable,
     TaskErred,
     TaskFinished,
     WorkerAdded,
@@ -29,6 +31,7 @@ from ..core.scheduler_messages import (
 )
 from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
+from .remote import UnserializableResults
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +63,8 @@ class Scheduler:
         self.data_source = data_source
         self.clock = clock
         self.worker_channels: dict[str, Channel] = {}
+        # what heartbeats tell: memory, tasks running, last contact, process id
+        self.worker_info: dict[str, dict[str, Any]] = {}
         self.client_handlers: dict[str, ReportHandler] = {}
         self.client_seq: dict[str, int] = {}  # last client event sequence number handled
         self._stimulus_counter = 0
@@ -68,16 +73,49 @@ class Scheduler:
     # -- membership -------------------------------------------------------------------
 
     def add_worker(
-        self, address: str, channel: Channel, *, nthreads: int, memory_limit: int, name: str
+        self,
+        address: str,
+        channel: Channel,
+        *,
+        nthreads: int,
+        memory_limit: int,
+        name: str,
+        pid: int | None = None,
     ) -> None:
         self.worker_channels[address] = channel
+        self.worker_info[address] = {
+            "name": name,
+            "pid": pid,
+            "last_seen": self.clock(),
+            "memory": 0,
+            "executing": 0,
+        }
         self.handle(
             WorkerAdded(address, nthreads, memory_limit, name, self._stimulus("add-worker"))
         )
 
-    def remove_worker(self, address: str, reason: str = "") -> None:
-        self.worker_channels.pop(address, None)
-        self.handle(WorkerRemoved(address, reason, self._stimulus("remove-worker")))
+    def remove_worker(self, address: str, reason: str = "", expected: bool = False) -> None:
+        """``expected``: the worker was stopped on purpose, so its tasks are not suspects."""
+        if self.worker_channels.pop(address, None) is None:
+            return
+        self.worker_info.pop(address, None)
+        logger.info("Removing worker %s: %s", address, reason)
+        self.handle(WorkerRemoved(address, reason, expected, self._stimulus("remove-worker")))
+
+    def cancel_everything(self) -> None:
+        """Every client's futures are cancelled and every task forgotten (restart)."""
+        events = [
+            ClientCancelledKeys(cs.id, [ts.key for ts in cs.wants_what])
+            for cs in self.state.clients.values()
+            if cs.wants_what
+        ]
+        self.handle(*events)
+
+    async def run_on_workers(self, fn: Any, workers: list[str] | None = None) -> dict:
+        """``client.run``: ``fn`` on each worker; exceptions are re-raised here."""
+        addresses = workers if workers is not None else list(self.state.workers)
+        results = await asyncio.gather(*(self.data_source.run(a, fn) for a in addresses))
+        return dict(zip(addresses, results))
 
     def add_client(self, client_id: str, handler: ReportHandler) -> None:
         self.client_handlers[client_id] = handler
@@ -113,7 +151,9 @@ class Scheduler:
         for msg in msgs:
             op = msg["op"]
             sid = msg.get("stimulus_id") or ""
-            if op == "task-finished":
+            if op == "heartbeat":
+                self._heartbeat(address, msg)
+            elif op == "task-finished":
                 events.append(
                     TaskFinished(
                         msg["key"],
@@ -138,6 +178,12 @@ class Scheduler:
                         msg["thread"],
                         sid,
                         now,
+                    )
+                )
+            elif op == "result-unserializable":
+                events.append(
+                    ResultUnserializable(
+                        msg["key"], address, msg["exception"], msg["text"], sid, now
                     )
                 )
             elif op == "add-keys":
@@ -205,6 +251,18 @@ class Scheduler:
             if channel is not None:
                 channel.send(msgs)
 
+    def _heartbeat(self, address: str, msg: dict) -> None:
+        info = self.worker_info.get(address)
+        if info is None:
+            return
+        info["last_seen"] = self.clock()
+        info["memory"] = msg.get("memory", 0)
+        info["executing"] = msg.get("executing", 0)
+        channel = self.worker_channels.get(address)
+        if channel is not None:
+            # the worker halves the round trip to learn how far its clock is from ours
+            channel.send([{"op": "heartbeat-reply", "sent": msg["sent"], "time": self.clock()}])
+
     def _stimulus(self, what: str) -> str:
         self._stimulus_counter += 1
         return f"{what}-{self._stimulus_counter}"
@@ -255,6 +313,13 @@ class Scheduler:
         for address, wkeys in by_worker.items():
             try:
                 data, _ = await self.data_source.get_data(address, wkeys)
+            except UnserializableResults as exc:
+                data = exc.data
+                for key, (payload, text) in exc.errors.items():
+                    # the worker also tells us on its stream; don't wait for that
+                    self.handle(
+                        ResultUnserializable(key, address, payload, text, "gather", self.clock())
+                    )
             except OSError as exc:
                 logger.warning("Could not gather %d keys from %s: %s", len(wkeys), address, exc)
                 data = {}
@@ -272,6 +337,9 @@ class Scheduler:
                     "processing": len(ws.processing),
                     "nbytes": ws.nbytes,
                     "keys": len(ws.has_what),
+                    "memory": self.worker_info.get(ws.address, {}).get("memory", 0),
+                    "pid": self.worker_info.get(ws.address, {}).get("pid"),
+                    "last_seen": self.worker_info.get(ws.address, {}).get("last_seen"),
                 }
                 for ws in self.state.workers.values()
             },

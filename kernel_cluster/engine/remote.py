@@ -1,0 +1,212 @@
+"""Workers in other processes: the TCP side of the scheduler and of peer transfers.
+
+A worker connects to the scheduler's listener, registers, and from then on the
+connection carries batches of the same dict messages embedded workers exchange
+through LocalChannel. Data moves worker to worker (and worker to kernel, for
+``gather``) over separate request/reply connections, pooled per peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..core.keys import Key
+from .comm import BatchedSend, Comm, CommClosedError, CommError, connect, listen
+
+logger = logging.getLogger(__name__)
+
+
+class StreamChannel:
+    """The channel interface over a BatchedSend: one write per loop iteration or less."""
+
+    def __init__(self, comm: Comm, interval: float = 0.002):
+        self.comm = comm
+        self.batched = BatchedSend(comm, interval=interval)
+
+    def send(self, msgs: list[dict]) -> None:
+        try:
+            self.batched.send(*msgs)
+        except CommClosedError:
+            pass  # the reader notices the broken stream and removes the peer
+
+    async def close(self) -> None:
+        with contextlib.suppress(CommError, OSError):
+            await self.batched.close()
+
+    def abort(self) -> None:
+        self.batched.abort()
+        self.comm.abort()
+
+
+class ConnectionPool:
+    """Reusable request/reply connections to peers, a few per address."""
+
+    def __init__(self, secret: bytes, *, per_peer: int = 4, timeout: float = 10):
+        self.secret = secret
+        self.per_peer = per_peer
+        self.timeout = timeout
+        self._idle: dict[str, list[Comm]] = {}
+        self._closed = False
+
+    async def rpc(self, address: str, msg: dict) -> Any:
+        if self._closed:
+            raise CommClosedError(address, "connection pool closed")
+        idle = self._idle.get(address)
+        comm = (
+            idle.pop() if idle else await connect(address, secret=self.secret, timeout=self.timeout)
+        )
+        try:
+            await comm.write(msg)
+            reply = await comm.read()
+        except BaseException:
+            comm.abort()
+            raise
+        idle = self._idle.setdefault(address, [])
+        if len(idle) < self.per_peer and not self._closed:
+            idle.append(comm)
+        else:
+            comm.abort()
+        return reply
+
+    def forget(self, address: str) -> None:
+        for comm in self._idle.pop(address, ()):
+            comm.abort()
+
+    async def close(self) -> None:
+        self._closed = True
+        for address in list(self._idle):
+            self.forget(address)
+
+
+class UnserializableResults(Exception):
+    """Some requested values could not be sent; ``data`` holds the ones that could."""
+
+    def __init__(self, peer: str, data: dict, nbytes: dict, errors: dict):
+        self.peer = peer
+        self.data = data
+        self.nbytes = nbytes
+        self.errors = errors  # key -> (pickled exception, text)
+        super().__init__(f"{len(errors)} results on {peer} cannot be serialised")
+
+
+class RemoteData:
+    """Reads values from worker processes: the scheduler's and workers' data source."""
+
+    def __init__(self, pool: ConnectionPool, who: str = "scheduler"):
+        self.pool = pool
+        self.who = who
+
+    async def get_data(self, peer: str, keys: list[Key]) -> tuple[dict, dict]:
+        try:
+            reply = await self.pool.rpc(peer, {"op": "get-data", "keys": keys, "who": self.who})
+        except (TimeoutError, CommError, OSError) as exc:
+            raise OSError(f"could not get data from {peer}: {exc}") from exc
+        data, nbytes = dict(reply["data"]), dict(reply["nbytes"])
+        if reply.get("errors"):
+            raise UnserializableResults(peer, data, nbytes, dict(reply["errors"]))
+        return data, nbytes
+
+
+class SchedulerServer:
+    """Accepts worker processes for a Scheduler, and drops those that stop heartbeating."""
+
+    def __init__(
+        self,
+        scheduler: Any,
+        secret: bytes,
+        *,
+        death_timeout: float = 10.0,
+        on_register: Callable[[str, dict], None] | None = None,
+    ):
+        self.scheduler = scheduler
+        self.secret = secret
+        self.death_timeout = death_timeout
+        self.on_register = on_register
+        self.address = ""
+        self.listener: Any = None
+        self._streams: dict[str, StreamChannel] = {}
+        self._watchdog: asyncio.Task | None = None
+
+    async def start(self, address: str = "tcp://127.0.0.1:0") -> None:
+        self.listener = await listen(address, self._handle_comm, secret=self.secret)
+        self.address = self.listener.address
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _handle_comm(self, comm: Comm) -> None:
+        try:
+            msg = await asyncio.wait_for(comm.read(), self.death_timeout)
+        except (TimeoutError, CommError):
+            comm.abort()
+            return
+        if not isinstance(msg, dict) or msg.get("op") != "register-worker":
+            logger.warning("Closing a connection that did not register as a worker: %r", msg)
+            comm.abort()
+            return
+        await self._serve_worker(comm, msg)
+
+    async def _serve_worker(self, comm: Comm, reg: dict) -> None:
+        address = reg["address"]
+        scheduler = self.scheduler
+        if address in scheduler.worker_channels:
+            await comm.write({"op": "refused", "reason": f"{address} is already registered"})
+            comm.abort()
+            return
+        await comm.write({"op": "registered", "time": scheduler.clock()})
+        stream = StreamChannel(comm)
+        self._streams[address] = stream
+        scheduler.add_worker(
+            address,
+            stream,
+            nthreads=reg["nthreads"],
+            memory_limit=reg["memory_limit"],
+            name=reg["name"],
+            pid=reg.get("pid"),
+        )
+        if self.on_register is not None:
+            self.on_register(address, reg)
+        try:
+            while True:
+                msgs = await comm.read()
+                scheduler.handle_worker_messages(address, list(msgs))
+        except CommError:
+            pass
+        except Exception:
+            logger.exception("Worker stream from %s failed", address)
+        finally:
+            if self._streams.get(address) is stream:
+                del self._streams[address]
+                if scheduler.worker_channels.get(address) is stream:
+                    scheduler.remove_worker(address, reason="connection closed")
+            stream.abort()
+
+    async def _watch(self) -> None:
+        """A worker silent for ``death_timeout`` is treated as dead."""
+        while True:
+            await asyncio.sleep(self.death_timeout / 4)
+            now = self.scheduler.clock()
+            for address, stream in list(self._streams.items()):
+                info = self.scheduler.worker_info.get(address)
+                if info is not None and now - info["last_seen"] > self.death_timeout:
+                    logger.warning(
+                        "Worker %s sent no heartbeat for %.1f s; removing it",
+                        address,
+                        now - info["last_seen"],
+                    )
+                    stream.abort()
+
+    def close_worker_stream(self, address: str) -> None:
+        stream = self._streams.get(address)
+        if stream is not None:
+            stream.abort()
+
+    async def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for stream in list(self._streams.values()):
+            stream.abort()
+        if self.listener is not None:
+            await self.listener.stop()

@@ -1,0 +1,96 @@
+"""A worker in its own process: connects to a scheduler and serves peers over TCP.
+
+Started by a KernelCluster (``python -m kernel_cluster.worker``) or by hand with
+``kernel-cluster-worker ADDRESS``. It lives as long as its scheduler connection:
+when the kernel goes away, so does the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+
+from .comm import Comm, CommError, SerializationError, connect, listen
+from .remote import ConnectionPool, RemoteData, StreamChannel
+from .worker import Worker
+
+logger = logging.getLogger(__name__)
+
+
+async def serve(
+    scheduler_address: str,
+    secret: bytes,
+    *,
+    nthreads: int,
+    memory_limit: int = 0,
+    name: str = "",
+    heartbeat_interval: float = 0.5,
+    listen_address: str = "tcp://127.0.0.1:0",
+) -> None:
+    loop = asyncio.get_running_loop()
+    worker: Worker | None = None
+
+    async def handle_peer(comm: Comm) -> None:
+        try:
+            while True:
+                msg = await comm.read()
+                assert worker is not None
+                reply = await worker.handle_request(msg)
+                try:
+                    await comm.write(reply)
+                except SerializationError:  # raised before anything was sent
+                    if "data" not in reply:
+                        raise
+                    await comm.write(worker.drop_unserializable(reply))
+        except CommError:
+            pass
+
+    listener = await listen(listen_address, handle_peer, secret=secret)
+    pool = ConnectionPool(secret)
+    worker = Worker(
+        address=listener.address,
+        nthreads=nthreads,
+        loop=loop,
+        peers=RemoteData(pool, who=listener.address),
+        memory_limit=memory_limit,
+        name=name or listener.address,
+        clock=time.time,
+        in_process=False,
+    )
+    comm = await connect(scheduler_address, secret=secret)
+    try:
+        await comm.write(
+            {
+                "op": "register-worker",
+                "address": worker.address,
+                "nthreads": nthreads,
+                "memory_limit": memory_limit,
+                "name": worker.name,
+                "pid": os.getpid(),
+            }
+        )
+        reply = await comm.read()
+        if reply.get("op") != "registered":
+            raise RuntimeError(f"The scheduler refused this worker: {reply.get('reason')}")
+        stream = StreamChannel(comm)
+        worker.connect(stream)
+        beats = loop.create_task(worker.heartbeat_loop(heartbeat_interval))
+        try:
+            while True:
+                msgs = await comm.read()
+                worker.handle_scheduler_messages(list(msgs))
+        except CommError:
+            logger.info("Worker %s lost its scheduler; shutting down", worker.address)
+        finally:
+            beats.cancel()
+            stream.abort()
+    finally:
+        comm.abort()
+        worker.stop_accepting()
+        await listener.stop()
+        await pool.close()
+        with contextlib.suppress(Exception):
+            worker.close()

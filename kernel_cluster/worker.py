@@ -1,0 +1,65 @@
+"""``kernel-cluster-worker ADDRESS``: join a cluster running elsewhere on this machine.
+
+The cluster's secret comes from the ``KERNEL_CLUSTER_TOKEN`` environment variable
+(hex) or from ``--token-file``, never from the command line, where other users of
+the machine could read it in the process list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from .engine.cluster import parse_memory_limit
+from .engine.comm import TOKEN_ENV, secret_from_env, secret_from_file
+from .engine.worker_process import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kernel-cluster-worker", description="Join a kernel-cluster scheduler as a worker."
+    )
+    parser.add_argument("address", help="the scheduler's address, e.g. tcp://127.0.0.1:40123")
+    parser.add_argument("--nthreads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--memory-limit", default="auto")
+    parser.add_argument("--name", default="")
+    parser.add_argument("--heartbeat-interval", type=float, default=0.5)
+    parser.add_argument(
+        "--token-file", help=f"file holding the cluster's secret (default: ${TOKEN_ENV})"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    secret = secret_from_file(args.token_file) if args.token_file else secret_from_env()
+    if secret is None:
+        print(
+            f"kernel-cluster-worker: no secret; set {TOKEN_ENV} or pass --token-file.",
+            file=sys.stderr,
+        )
+        return 2
+    memory_limit = parse_memory_limit(
+        int(args.memory_limit) if args.memory_limit.isdigit() else args.memory_limit, 1
+    )
+    try:
+        asyncio.run(
+            serve(
+                args.address,
+                secret,
+                nthreads=args.nthreads,
+                memory_limit=memory_limit,
+                name=args.name,
+                heartbeat_interval=args.heartbeat_interval,
+            )
+        )
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"kernel-cluster-worker: cannot reach {args.address}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
