@@ -47,7 +47,14 @@ def _token_bytes(obj: Any) -> bytes:
     try:
         return pickle.dumps(obj, protocol=5)
     except Exception:
-        return _unique_token(obj)
+        pass
+    # one unpicklable item should not make the whole call unique: hash item by item
+    t = type(obj)
+    if t is tuple or t is list:
+        return b"(" + b",".join(_token_bytes(x) for x in obj) + b")"
+    if t is dict:
+        return b"{" + b",".join(_token_bytes(kv) for kv in obj.items()) + b"}"
+    return _unique_token(obj)
 
 
 def _unique_token(obj: Any) -> bytes:

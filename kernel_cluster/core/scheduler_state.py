@@ -388,6 +388,8 @@ class SchedulerState:
             ts.prefix.add_startstops(ev.startstops)
         ts.exception_text = ev.exception_text
         self._set_erred(ts, ev.exception, ev.traceback, ts, ev)
+        # the error lives here now; the worker need not keep its record of the task
+        self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
         self._refill(ws)
 
     def _set_erred(

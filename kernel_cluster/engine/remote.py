@@ -21,7 +21,12 @@ logger = logging.getLogger(__name__)
 
 
 class StreamChannel:
-    """The channel interface over a BatchedSend: one write per loop iteration or less."""
+    """The channel interface over a BatchedSend.
+
+    Batching is adaptive (see BatchedSend): a dependency chain must not wait a
+    timer at every step, while 10,000 small tasks finishing should not mean
+    10,000 writes.
+    """
 
     def __init__(self, comm: Comm, interval: float = 0.002):
         self.comm = comm

@@ -1,0 +1,243 @@
+"""Workloads of realistic shape: many small tasks, long chains, trees, diamonds, many clients."""
+
+from __future__ import annotations
+
+import threading
+from operator import add
+
+from kernel_cluster.client import Client
+from kernel_cluster.futures import wait
+
+from .helpers import held_keys, keys_in_memory, on_loop, scheduler_keys
+
+
+def inc(x):
+    return x + 1
+
+
+def double(x):
+    return 2 * x
+
+
+def total(*xs):
+    return sum(xs)
+
+
+# -- many independent tasks -----------------------------------------------------------
+
+
+def test_ten_thousand_tasks_with_map(client, cluster):
+    fs = client.map(inc, range(10_000))
+    assert len({f.key for f in fs}) == 10_000
+    assert client.gather(fs) == list(range(1, 10_001))
+    counts = on_loop(cluster, lambda: cluster.scheduler.state.task_prefixes["inc"].states)
+    assert counts["memory"] == 10_000
+
+
+def test_ten_thousand_tasks_with_get(client):
+    dsk = {("x", i): (inc, i) for i in range(10_000)}
+    keys = list(dsk)
+    assert client.get(dsk, keys) == list(range(1, 10_001))
+
+
+def test_ten_thousand_tasks_share_the_work_between_workers(client, cluster):
+    fs = client.map(inc, range(10_000))
+    assert sum(client.gather(fs)) == sum(range(1, 10_001))
+    held = on_loop(
+        cluster, lambda: [len(ws.has_what) for ws in cluster.scheduler.state.workers.values()]
+    )
+    # independent tasks are never copied: each result lives on the worker that made it
+    assert sum(held) == 10_000
+    assert all(n > 0 for n in held), held
+    del fs
+
+
+# -- long chains ----------------------------------------------------------------------
+
+
+def test_a_chain_of_two_thousand_tasks_as_a_dict_graph(client, cluster):
+    n = 2_000
+    dsk = {("c", 0): 0}
+    for i in range(1, n):
+        dsk[("c", i)] = (inc, ("c", i - 1))
+    assert client.get(dsk, ("c", n - 1)) == n - 1
+    assert client.get(dsk, [("c", 10), ("c", n - 1)]) == [10, n - 1]
+
+
+def test_a_chain_of_two_thousand_chained_submits(client, cluster):
+    n = 2_000
+    f = client.submit(inc, 0)
+    for _ in range(n - 1):
+        f = client.submit(inc, f)
+    assert f.result() == n
+    # each link's value was dropped once its successor had read it; the scheduler keeps
+    # the released links only as lineage to recompute from
+    assert held_keys(cluster) == {f.key}
+    assert keys_in_memory(cluster) == {f.key}
+    assert len(scheduler_keys(cluster)) == n
+
+
+# -- trees and diamonds ---------------------------------------------------------------
+
+
+def tree_reduction(leaves: int, fan_in: int = 2) -> tuple[dict, tuple]:
+    dsk: dict = {("leaf", i): (inc, i) for i in range(leaves)}
+    level, names = 0, [("leaf", i) for i in range(leaves)]
+    while len(names) > 1:
+        level += 1
+        nxt = []
+        for j in range(0, len(names), fan_in):
+            key = ("sum", level, j // fan_in)
+            dsk[key] = (total, *names[j : j + fan_in])
+            nxt.append(key)
+        names = nxt
+    return dsk, names[0]
+
+
+def test_tree_reduction_over_a_thousand_leaves(client, cluster):
+    leaves = 1_024
+    dsk, root = tree_reduction(leaves)
+    in_memory = 0
+    peak = 0
+
+    def track(ts, old, new, info):
+        # runs on the loop thread, inside the scheduler's own transitions
+        nonlocal in_memory, peak
+        if new == "memory":
+            in_memory += 1
+            peak = max(peak, in_memory)
+        elif old == "memory":
+            in_memory -= 1
+
+    state = cluster.scheduler.state
+    original = state.on_transition
+
+    def chained(ts, old, new, info):
+        track(ts, old, new, info)
+        if original is not None:
+            original(ts, old, new, info)
+
+    def install(hook):
+        state.on_transition = hook
+
+    on_loop(cluster, lambda: install(chained))
+    try:
+        assert client.get(dsk, root) == sum(range(1, leaves + 1))
+    finally:
+        on_loop(cluster, lambda: install(original))
+    # intermediates are released as soon as their parent has them: the number of
+    # results held at once stays far below the number of leaves
+    assert 1 <= peak <= leaves // 8, peak
+
+
+def test_tree_reduction_with_futures(client, cluster):
+    layer = client.map(inc, range(1_024))
+    while len(layer) > 1:
+        layer = [client.submit(add, a, b) for a, b in zip(layer[::2], layer[1::2])]
+    (root,) = layer
+    assert root.result() == sum(range(1, 1_025))
+    assert held_keys(cluster) == {root.key}
+    assert keys_in_memory(cluster) == {root.key}
+
+
+def test_a_diamond(client):
+    dsk = {
+        "top": (inc, 1),
+        "left": (double, "top"),
+        "right": (inc, "top"),
+        "bottom": (add, "left", "right"),
+    }
+    assert client.get(dsk, "bottom") == 4 + 3
+    assert client.get(dsk, ["left", "right", "bottom"]) == [4, 3, 7]
+
+
+def test_diamonds_of_futures_share_their_top(client, cluster):
+    calls = []
+
+    def record(x):
+        calls.append(x)
+        return x
+
+    top = client.submit(record, 5)
+    lefts = client.map(add, [top] * 10, range(10))
+    rights = client.map(double, [top] * 10)
+    bottoms = client.map(add, lefts, rights)
+    assert client.gather(bottoms) == [5 + i + 10 for i in range(10)]
+    assert calls == [5]
+
+
+def test_wide_fan_in(client):
+    parts = client.map(inc, range(500))
+    assert client.submit(total, *parts).result() == sum(range(1, 501))
+    assert client.submit(sum, parts).result() == sum(range(1, 501))
+
+
+# -- many clients -----------------------------------------------------------------------
+
+
+def test_five_clients_from_five_threads_at_once(cluster):
+    n_clients = 5
+    start = threading.Barrier(n_clients)
+    results: dict[int, object] = {}
+
+    def session(i: int) -> None:
+        try:
+            with Client(cluster, set_as_default=False) as c:
+                start.wait(timeout=10)
+                shared = c.map(inc, range(500))  # the same keys in every client
+                own = c.map(add, range(500), [i] * 500)
+                chain = c.submit(inc, i)
+                for _ in range(50):
+                    chain = c.submit(inc, chain)
+                # keys name results across the cluster: each client's graph has its own
+                dsk = {
+                    f"a{i}": (add, i, 1),
+                    f"b{i}": (double, f"a{i}"),
+                    f"c{i}": (add, f"a{i}", f"b{i}"),
+                }
+                wait(shared + own)
+                results[i] = (
+                    sum(c.gather(shared)),
+                    c.gather(own)[-1],
+                    chain.result(),
+                    c.get(dsk, f"c{i}"),
+                )
+                del shared, own, chain
+        except BaseException as exc:  # reported by the main thread
+            results[i] = exc
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=50)
+    assert not any(t.is_alive() for t in threads)
+    for i in range(n_clients):
+        assert results[i] == (sum(range(1, 501)), 499 + i, i + 51, 3 * (i + 1)), results[i]
+    assert on_loop(cluster, lambda: len(cluster.scheduler.state.clients)) == 0
+
+
+def test_one_client_shared_by_five_threads(client, cluster):
+    start = threading.Barrier(5)
+    results: dict[int, object] = {}
+
+    def work(i: int) -> None:
+        try:
+            start.wait(timeout=10)
+            fs = client.map(add, range(200), [i] * 200)
+            chain = client.submit(inc, i)
+            for _ in range(20):
+                chain = client.submit(inc, chain)
+            shared = client.map(inc, range(200))
+            results[i] = (sum(client.gather(fs)), chain.result(), sum(client.gather(shared)))
+        except BaseException as exc:  # reported by the main thread
+            results[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=50)
+    assert not any(t.is_alive() for t in threads)
+    for i in range(5):
+        assert results[i] == (sum(range(200)) + 200 * i, i + 21, sum(range(1, 201))), results[i]
