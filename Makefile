@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench bench-processes venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ $(BENCH_STAMP): pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/run.py
+
+bench-processes: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/processes.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV)

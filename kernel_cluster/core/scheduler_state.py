@@ -90,16 +90,23 @@ class SchedulerState:
     def __init__(
         self,
         *,
-        worker_saturation: float = 2.0,
+        worker_saturation: float = 1.5,
+        queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         transition_log_length: int = 100_000,
     ):
+        """``worker_saturation``: tasks without inputs sent to a worker per thread before
+        the rest wait here (``queued``), so the scheduler can still place work where
+        its inputs end up. ``queue_seconds``: on top of that, enough tasks to keep each
+        thread busy that long, judged by the prefix's average duration, so that a
+        round trip to a worker process never leaves short tasks' threads idle."""
         self.tasks: dict[Key, TaskState] = {}
         self.workers: dict[str, WorkerRecord] = {}
         self.clients: dict[str, ClientRecord] = {}
         self.task_prefixes: dict[str, TaskPrefix] = {}
         self.task_groups: dict[tuple[str, str | None], TaskGroup] = {}
         self.worker_saturation = worker_saturation
+        self.queue_seconds = queue_seconds
         self.allowed_failures = allowed_failures
         self.queued: list[tuple[tuple, TaskState]] = []  # heap; stale entries skipped
         self.unrunnable: set[TaskState] = set()  # restricted to workers that are gone
@@ -264,9 +271,10 @@ class SchedulerState:
         best = None
         best_score: tuple = ()
         deps = ts.dependencies
+        limit_extra = self._extra_slots(ts) if saturate else 0
         for ws in candidates:
             n = len(ws.processing)
-            if saturate and n >= ws.saturation_limit:
+            if saturate and n >= ws.saturation_limit + limit_extra * ws.nthreads:
                 continue
             local = 0
             if deps:
@@ -277,6 +285,13 @@ class SchedulerState:
             if best is None or score < best_score:
                 best, best_score = ws, score
         return best
+
+    def _extra_slots(self, ts: TaskState) -> int:
+        """Extra tasks per thread that ``queue_seconds`` of this prefix's work amounts to."""
+        avg = ts.prefix.duration_average
+        if avg is None or math.isinf(self.worker_saturation):
+            return 0
+        return min(int(self.queue_seconds / max(avg, 1e-6)), 1 << 20)
 
     def _queue(self, ts: TaskState) -> None:
         self._set_state(ts, "queued")
@@ -314,10 +329,15 @@ class SchedulerState:
     def _refill(self, ws: WorkerRecord) -> None:
         """A slot freed on ``ws``: hand it the highest-priority queued task."""
         queue = self.queued
-        while queue and len(ws.processing) < ws.saturation_limit:
-            ts = heapq.heappop(queue)[1]
-            if ts.state == "queued":
-                self._send(ts, ws)
+        while queue:
+            ts = queue[0][1]
+            if ts.state != "queued":
+                heapq.heappop(queue)
+                continue
+            if len(ws.processing) >= ws.saturation_limit + self._extra_slots(ts) * ws.nthreads:
+                break
+            heapq.heappop(queue)
+            self._send(ts, ws)
 
     def _update_saturation(self, ws: WorkerRecord) -> None:
         sat = self.worker_saturation

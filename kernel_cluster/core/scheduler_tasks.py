@@ -30,11 +30,12 @@ PENDING_STATES = frozenset({"waiting", "queued", "processing"})
 class _Aggregate:
     """State counts, per-action durations, bytes and time range over many tasks."""
 
-    __slots__ = ("all_durations", "name", "nbytes_total", "start", "stop")
+    __slots__ = ("all_durations", "n_computed", "name", "nbytes_total", "start", "stop")
     states: dict[str, int]
 
     def __init__(self, name: str):
         self.name = name
+        self.n_computed = 0
         self.all_durations: defaultdict[str, float] = defaultdict(float)
         self.nbytes_total = 0
         self.start = 0.0
@@ -46,10 +47,18 @@ class _Aggregate:
             action, start, stop = ss[0], ss[1], ss[2]
             durations[action] += stop - start
             if action == "compute":
+                self.n_computed += 1
                 if not self.start or start < self.start:
                     self.start = start
                 if stop > self.stop:
                     self.stop = stop
+
+    @property
+    def duration_average(self) -> float | None:
+        """Mean compute time of the tasks finished so far; None before the first."""
+        if not self.n_computed:
+            return None
+        return self.all_durations["compute"] / self.n_computed
 
     @property
     def duration(self) -> float:

@@ -135,7 +135,8 @@ class KernelCluster:
         processes: bool = False,
         memory_limit: int | float | str | None = "auto",
         *,
-        worker_saturation: float = 2.0,
+        worker_saturation: float = 1.5,
+        queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         heartbeat_interval: float = 0.5,
         death_timeout: float = 10.0,
@@ -173,6 +174,7 @@ class KernelCluster:
             lambda: Scheduler(
                 data_source=self.directory,
                 worker_saturation=worker_saturation,
+                queue_seconds=queue_seconds,
                 allowed_failures=allowed_failures,
             )
         )

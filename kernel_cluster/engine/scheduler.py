@@ -53,12 +53,15 @@ class Scheduler:
         self,
         *,
         data_source: DataSource,
-        worker_saturation: float = 2.0,
+        worker_saturation: float = 1.5,
+        queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         clock: Callable[[], float] = time.time,
     ):
         self.state = SchedulerState(
-            worker_saturation=worker_saturation, allowed_failures=allowed_failures
+            worker_saturation=worker_saturation,
+            queue_seconds=queue_seconds,
+            allowed_failures=allowed_failures,
         )
         self.data_source = data_source
         self.clock = clock

@@ -359,3 +359,23 @@ def test_long_chain_released_without_recursion():
     assert s.state(f"k{n - 1}") == "memory"
     s.handle(ClientReleasedKeys("c", [f"k{n - 1}"]))
     assert not s.s.tasks
+
+
+@pytest.mark.parametrize("duration, extra_expected", [(0.001, True), (1.0, False)])
+def test_queue_depth_follows_task_duration(duration, extra_expected):
+    """Short tasks earn a deeper queue per worker (round trips would idle its threads);
+    long ones stay at ``worker_saturation`` so the scheduler keeps control of placement."""
+    s = Sched(("w", 1), saturation=1.0, queue_seconds=0.05)
+    first = [f"x-{i}" for i in range(2)]
+    s.submit({k: () for k in first}, first)
+    assert sum(s.state(k) == "processing" for k in first) == 1  # nothing known: 1 per thread
+    for k in first:
+        while s.state(k) != "memory":
+            s.finish(k, "w", startstops=[("compute", 0.0, duration)])
+    keys = [f"x-{i}" for i in range(2, 202)]
+    s.submit({k: () for k in keys}, keys)
+    sent = sum(s.state(k) == "processing" for k in keys)
+    if extra_expected:
+        assert sent == 1 + int(0.05 / 0.001)
+    else:
+        assert sent == 1

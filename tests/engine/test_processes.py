@@ -270,3 +270,105 @@ def test_scale_restart_and_close_leave_no_orphans(tmp_path):
     cluster.close()
     assert children() == before
     assert not os.path.exists(local_dir)
+
+
+def test_clock_offset_from_heartbeat_round_trips():
+    """A worker in another process shifts its times onto the scheduler's clock."""
+    import asyncio
+
+    from kernel_cluster.engine.worker import Worker
+
+    now = [100.0]
+    loop = asyncio.new_event_loop()
+    worker = Worker(
+        address="tcp://w",
+        nthreads=1,
+        loop=loop,
+        peers=None,
+        clock=lambda: now[0],
+        in_process=False,
+    )
+    try:
+        # sent at 100.0, answered at scheduler time 1100.05, back at 100.1: rtt 0.1
+        now[0] = 100.1
+        worker.handle_scheduler_messages(
+            [{"op": "heartbeat-reply", "sent": 100.0, "time": 1100.05}]
+        )
+        assert worker.clock_offset == pytest.approx(1000.0)
+        # a slower round trip brackets the reading less tightly: the fast one is kept
+        now[0] = 103.0
+        worker.handle_scheduler_messages([{"op": "heartbeat-reply", "sent": 101.0, "time": 1102.9}])
+        assert worker.clock_offset == pytest.approx(1000.0)
+        assert worker.now() == pytest.approx(1103.0)
+        assert worker._scheduler_times([("compute", 1.0, 2.0)]) == [
+            ("compute", pytest.approx(1001.0), pytest.approx(1002.0))
+        ]
+    finally:
+        worker.close()
+        loop.close()
+
+
+def test_heartbeats_report_memory_and_keep_workers_alive(pclient):
+    info = pclient.scheduler_info()["workers"]
+    first = {a: w["last_seen"] for a, w in info.items()}
+    wait_for(
+        lambda: all(
+            w["last_seen"] > first[a] for a, w in pclient.scheduler_info()["workers"].items()
+        ),
+        what="a fresh heartbeat from every worker",
+    )
+    assert all(w["memory"] > 10_000_000 for w in pclient.scheduler_info()["workers"].values())
+
+
+def test_silent_worker_is_removed_after_death_timeout():
+    with (
+        KernelCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            heartbeat_interval=0.1,
+            death_timeout=1.5,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        address, pid = next(iter(cluster.worker_pids().items()))
+        os.kill(pid, signal.SIGSTOP)  # alive, connected, but silent
+        try:
+            wait_for(
+                lambda: address not in client.scheduler_info()["workers"],
+                timeout=20,
+                what="the frozen worker to be removed",
+            )
+            assert client.submit(inc, 1).result(timeout=30) == 2
+        finally:
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_workers_end_with_their_kernel(how, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "kernel.py"
+    script.write_text(
+        "import sys, time\n"
+        "from kernel_cluster import KernelCluster\n"
+        "c = KernelCluster(n_workers=2, threads_per_worker=1, processes=True)\n"
+        "print(*c.worker_pids().values(), flush=True)\n"
+        "time.sleep(0 if sys.argv[1] == 'exit' else 600)\n"
+    )
+    kernel = subprocess.Popen(
+        [sys.executable, str(script), how], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    pids = [int(p) for p in kernel.stdout.readline().split()]
+    assert len(pids) == 2
+    if how == "sigkill":
+        kernel.kill()
+    kernel.wait(60)
+
+    def gone() -> bool:
+        return not any(
+            psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids
+        )
+
+    wait_for(gone, timeout=30, what="the worker processes to end")
