@@ -4,6 +4,7 @@ from .client import Client, get_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
 from .engine.cluster import KernelCluster
+from .engine.meter import context_meter
 from .futures import CancelledError, Future, as_completed, wait
 
 __version__ = "0.1.0"
@@ -17,6 +18,7 @@ __all__ = [
     "KilledWorker",
     "__version__",
     "as_completed",
+    "context_meter",
     "get_client",
     "wait",
 ]

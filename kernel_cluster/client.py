@@ -439,6 +439,25 @@ class Client:
         """The workers (address, name, threads, memory, pid, ...) and task counts."""
         return self._loop.run(self._scheduler.scheduler_info)
 
+    def fine_metrics(self, unit: str | None = "seconds", span: Any = None) -> Any:
+        """Where the workers' time went: a DataFrame with columns context, span,
+        function, activity, unit and value. ``unit=None`` keeps every unit; see
+        ``kernel_cluster.diagnostics.fine_metrics`` for the by-function and
+        by-activity tables."""
+        from .diagnostics.fine_metrics import to_frame
+
+        self._check_running()
+        frame = to_frame(self._diagnostics.fine_metrics(), unit=unit)
+        if span is not None:
+            frame = frame[frame.span == span].reset_index(drop=True)
+        return frame
+
+    @property
+    def _diagnostics(self) -> Any:
+        from .diagnostics.engine_source import EngineSource
+
+        return EngineSource(self.cluster)
+
     def run(self, fn: Callable, workers: list[str] | None = None) -> dict:
         """Call ``fn()`` on every worker, or ``fn(dask_worker=worker)`` if it takes that.
 

@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit", default="auto")
     parser.add_argument("--name", default="")
     parser.add_argument("--heartbeat-interval", type=float, default=0.5)
+    parser.add_argument("--local-directory", help="where spilled data goes")
+    parser.add_argument(
+        "--no-fine-metrics", action="store_true", help="do not collect fine performance metrics"
+    )
     parser.add_argument(
         "--token-file", help=f"file holding the cluster's secret (default: ${TOKEN_ENV})"
     )
@@ -39,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.local_directory is None:
+        import tempfile
+
+        args.local_directory = tempfile.mkdtemp(prefix="kernel-cluster-worker-")
     memory_limit = parse_memory_limit(
         int(args.memory_limit) if args.memory_limit.isdigit() else args.memory_limit, 1
     )
@@ -51,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                 memory_limit=memory_limit,
                 name=args.name,
                 heartbeat_interval=args.heartbeat_interval,
+                local_directory=args.local_directory,
+                fine_metrics=not args.no_fine_metrics,
             )
         )
     except KeyboardInterrupt:

@@ -182,6 +182,17 @@ class ReportKey:
     stimulus_id: str = ""
 
 
+@dataclass(slots=True)
+class ClusterBusy:
+    """The cluster started or stopped having unfinished tasks (tell every worker).
+
+    Workers count a free thread as idle only while the cluster is busy.
+    """
+
+    busy: bool
+    stimulus_id: str = ""
+
+
 SchedulerEvent = (
     GraphSubmitted
     | TaskFinished
@@ -196,4 +207,4 @@ SchedulerEvent = (
     | WorkerAdded
     | WorkerRemoved
 )
-SchedulerInstruction = ComputeTask | FreeKeys | ReportKey
+SchedulerInstruction = ComputeTask | FreeKeys | ReportKey | ClusterBusy

@@ -25,6 +25,7 @@ from .scheduler_messages import (
     ClientCancelledKeys,
     ClientReleasedKeys,
     ClientRemoved,
+    ClusterBusy,
     ComputeTask,
     DependencyUnavailable,
     FreeKeys,
@@ -118,6 +119,8 @@ class SchedulerState:
         self.on_transition: TransitionHook | None = None
         self._instructions: list = []
         self._stimulus_id = ""
+        self.n_pending = 0  # tasks waiting, queued or processing
+        self.busy = False
         self._ready: list[TaskState] = []
 
     # -- the one door -----------------------------------------------------------------
@@ -130,6 +133,9 @@ class SchedulerState:
             handler = self._handlers[type(event)]
             handler(self, event)
             self._flush_ready()
+            if (self.n_pending > 0) is not self.busy:
+                self.busy = self.n_pending > 0
+                out.append(ClusterBusy(self.busy, self._stimulus_id))
         self._instructions = []
         return out
 
@@ -760,6 +766,10 @@ class SchedulerState:
         gs = ts.group.states
         gs[old] -= 1
         gs[new] += 1
+        if old in PENDING_STATES:
+            self.n_pending -= 1
+        if new in PENDING_STATES:
+            self.n_pending += 1
         if self.log_transitions:
             self.transition_log.append((ts.key, old, new, self._stimulus_id))
         if self.on_transition is not None:
@@ -811,6 +821,7 @@ class SchedulerState:
         for cs in self.clients.values():
             for ts in cs.wants_what:
                 assert cs in ts.who_wants
+        assert self.n_pending == sum(ts.state in PENDING_STATES for ts in self.tasks.values())
         counts: dict = {}
         for ts in self.tasks.values():
             counts[(ts.group.name, ts.group.span_id, ts.state)] = (

@@ -29,6 +29,9 @@ class FreeKeysRequested:
 
 @dataclass(slots=True)
 class ExecuteSucceeded:
+    """``run``: (picked up, finished) on the worker's monotonic clock; ``metrics``:
+    (activity, value, unit) of that run. Both are for the shell's accounting."""
+
     key: Key
     value: Any
     nbytes: int
@@ -36,6 +39,8 @@ class ExecuteSucceeded:
     startstops: list[tuple]
     thread: int | None = None
     stimulus_id: str = ""
+    run: tuple[float, float] | None = None
+    metrics: list[tuple] | None = None
 
 
 @dataclass(slots=True)
@@ -47,6 +52,8 @@ class ExecuteFailed:
     startstops: list[tuple]
     thread: int | None = None
     stimulus_id: str = ""
+    run: tuple[float, float] | None = None
+    metrics: list[tuple] | None = None
 
 
 @dataclass(slots=True)

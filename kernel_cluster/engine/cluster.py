@@ -43,12 +43,14 @@ class LocalDirectory:
         self.workers: dict[str, Worker] = {}
         self.remote = remote
 
-    async def get_data(self, peer: str, keys: list[Key]) -> tuple[dict, dict]:
+    async def get_data(
+        self, peer: str, keys: list[Key], stats: dict | None = None
+    ) -> tuple[dict, dict]:
         worker = self.workers.get(peer)
         if worker is not None:
             return worker.get_data(keys, "")
         if self.remote is not None and not peer.startswith("inproc://"):
-            return await self.remote.get_data(peer, keys)
+            return await self.remote.get_data(peer, keys, stats)
         raise OSError(f"Worker {peer} is gone")
 
     async def run(self, peer: str, fn: Any) -> Any:
@@ -141,6 +143,7 @@ class KernelCluster:
         heartbeat_interval: float = 0.5,
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
+        fine_metrics: bool = True,
     ):
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
@@ -156,6 +159,7 @@ class KernelCluster:
         self.memory_limit = parse_memory_limit(memory_limit, n_workers)
         self.processes = processes
         self.heartbeat_interval = heartbeat_interval
+        self.fine_metrics = fine_metrics  # False: measure the cost of measuring
         self.worker_start_timeout = worker_start_timeout
         self.status = "starting"
         self._lock = threading.Lock()
@@ -231,6 +235,9 @@ class KernelCluster:
             name,
             "--heartbeat-interval",
             str(self.heartbeat_interval),
+            "--local-directory",
+            os.path.join(self.local_directory, name),
+            *([] if self.fine_metrics else ["--no-fine-metrics"]),
             env=env,
             stdin=subprocess.DEVNULL,
         )
@@ -309,6 +316,8 @@ class KernelCluster:
             memory_limit=self.memory_limit,
             name=f"worker-{i}",
             clock=time.time,
+            local_directory=os.path.join(self.local_directory, f"worker-{i}"),
+            fine_metrics=self.fine_metrics,
         )
         scheduler = self.scheduler
         worker.connect(
@@ -325,7 +334,7 @@ class KernelCluster:
             name=worker.name,
             pid=os.getpid(),
         )
-        worker.heartbeat_task = loop.create_task(worker.heartbeat_loop(self.heartbeat_interval))
+        worker.start_periodic(self.heartbeat_interval)
         return worker
 
     def _stop_worker(self, address: str) -> Worker | None:

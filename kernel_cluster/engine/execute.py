@@ -14,25 +14,90 @@ import tblib
 
 from ..core import spec as spec_module
 from ..core.keys import Key
+from ..core.metrics import MeterFrame
 from ..core.sizeof import sizeof
 from ..core.worker_messages import ExecuteFailed, ExecuteSucceeded
+from .meter import context_meter
 
 # Frames from these files sit between the engine and the user's function; a
 # traceback shown to the user starts below them.
 _ENGINE_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(spec_module.__file__)})
 
 
-def run_task(key: Key, spec: Any, data: dict) -> ExecuteSucceeded | ExecuteFailed:
+def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed:
     """Evaluate a task with its inputs; never raises (the outcome is the event).
 
-    ``spec`` is a TaskSpec, or its cloudpickled bytes when it came from another process.
+    ``spec`` is a TaskSpec, or its cloudpickled bytes when it came from another
+    process. The event's ``run`` field says which thread ran it and when (monotonic
+    clock), and ``metrics`` how that time was spent:
+
+    - ``thread-cpu``: the thread's CPU time inside the task's own code;
+    - ``thread-noncpu``: its wall time there minus CPU time (I/O, sleeping, waiting
+      for the GIL);
+    - whatever ``context_meter`` recorded meanwhile (user labels such as "I/O", and
+      the engine's own: "deserialize", "disk-read", ...), taken out of the two above;
+    - ``other``: the rest of the run (unpacking inputs, measuring the result).
     """
+    thread = threading.get_ident()
+    wall, cpu = time.perf_counter, time.thread_time
+    t_got = wall()
+    anchor = time.time()  # the scheduler's kind of clock, for the task stream
+    digests: list[tuple] = []
+    frame = MeterFrame()
+    with context_meter.scope(
+        lambda label, value, unit: digests.append((label, value, unit)), frame
+    ):
+        try:
+            if type(spec) is bytes:
+                with context_meter.meter("deserialize"):
+                    spec = load_task(key, spec)
+            inputs = data() if callable(data) else data
+            inner_wall0, inner_cpu0 = frame.inner_wall, frame.inner_cpu
+            w0, c0 = wall(), cpu()
+            value = spec_module.evaluate(spec.expr, inputs)
+            w1, c1 = wall(), cpu()
+        except BaseException as exc:
+            w1 = wall()
+            tb = user_traceback(exc.__traceback__)
+            text = "".join(tb_module.format_exception(type(exc), exc, tb))
+            exc.__traceback__ = tb
+            startstops = [("compute", anchor, anchor + (w1 - t_got))]
+            metrics = [("thread-noncpu", max(0.0, w1 - t_got - frame.inner_wall), "seconds")]
+            metrics += digests
+            return ExecuteFailed(
+                key, exc, tb, text, startstops, thread, run=(t_got, wall()), metrics=metrics
+            )
+    nbytes = sizeof(value)
+    t_end = wall()
+    metered_wall = frame.inner_wall - inner_wall0
+    metered_cpu = frame.inner_cpu - inner_cpu0
+    thread_cpu = max(0.0, (c1 - c0) - metered_cpu)
+    thread_noncpu = max(0.0, (w1 - w0) - metered_wall - thread_cpu)
+    other = max(0.0, (t_end - t_got) - (w1 - w0) - inner_wall0)
+    digests.append(("thread-cpu", thread_cpu, "seconds"))
+    digests.append(("thread-noncpu", thread_noncpu, "seconds"))
+    digests.append(("other", other, "seconds"))
+    startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
+    return ExecuteSucceeded(
+        key,
+        value,
+        nbytes,
+        type(value).__qualname__,
+        startstops,
+        thread,
+        run=(t_got, t_end),
+        metrics=digests,
+    )
+
+
+def run_task_unmetered(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed:
+    """``run_task`` with fine metrics switched off: only the task stream's times."""
     thread = threading.get_ident()
     start = time.time()
     try:
         if type(spec) is bytes:
             spec = load_task(key, spec)
-        value = spec_module.evaluate(spec.expr, data)
+        value = spec_module.evaluate(spec.expr, data() if callable(data) else data)
     except BaseException as exc:
         stop = time.time()
         tb = user_traceback(exc.__traceback__)
@@ -75,9 +140,16 @@ def pack_exception(exc: BaseException, tb: TracebackType | None) -> tuple[bytes,
     """
     try:
         payload = cloudpickle.dumps(exc)
+        # an exception pickles as its class and ``args``; one whose __init__ takes other
+        # arguments would fail to load in the kernel: rebuild it without calling __init__
+        cloudpickle.loads(payload)
     except Exception:
-        text = "".join(tb_module.format_exception_only(type(exc), exc)).strip()
-        payload = cloudpickle.dumps(RuntimeError(f"(unpicklable exception) {text}"))
+        try:
+            payload = cloudpickle.dumps(_ExceptionCopy(exc))
+            cloudpickle.loads(payload)
+        except Exception:
+            text = "".join(tb_module.format_exception_only(type(exc), exc)).strip()
+            payload = cloudpickle.dumps(RuntimeError(f"(unpicklable exception) {text}"))
     tb_data = None
     if tb is not None:
         try:
@@ -85,6 +157,25 @@ def pack_exception(exc: BaseException, tb: TracebackType | None) -> tuple[bytes,
         except Exception:
             tb_data = None
     return payload, tb_data
+
+
+def _rebuild_exception(cls: type, args: tuple, state: dict | None) -> BaseException:
+    exc = cls.__new__(cls, *args)  # BaseException.__new__ sets ``args``; no __init__
+    exc.args = args
+    if state:
+        exc.__dict__.update(state)
+    return exc
+
+
+class _ExceptionCopy:
+    """Pickles an exception as its class, ``args`` and attributes, bypassing __init__."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __reduce__(self) -> tuple:
+        exc = self.exc
+        return (_rebuild_exception, (type(exc), exc.args, getattr(exc, "__dict__", None)))
 
 
 def unpack_exception(payload: Any, tb_data: Any, text: str = "") -> tuple[BaseException, Any]:

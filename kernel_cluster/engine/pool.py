@@ -25,6 +25,7 @@ class TaskThreadPool:
         self._wake = wake
         self._wake_pending = False
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.running: set[int] = set()  # idents of threads inside a task right now
         self.threads = [
             threading.Thread(target=self._work, name=f"{name}-task-{i}", daemon=True)
             for i in range(nthreads)
@@ -35,6 +36,10 @@ class TaskThreadPool:
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on a free thread; its return value lands in ``done``."""
         self._inbox.put((fn, args))
+
+    @property
+    def idents(self) -> list[int]:
+        return [t.ident for t in self.threads if t.ident is not None]
 
     def drain(self) -> list:
         """Everything finished since the last drain (call from the owner's thread)."""
@@ -53,7 +58,12 @@ class TaskThreadPool:
             if item is _STOP:
                 return
             fn, args = item
-            done.append(fn(*args))
+            ident = threading.get_ident()
+            self.running.add(ident)
+            try:
+                done.append(fn(*args))
+            finally:
+                self.running.discard(ident)
             if not self._wake_pending:
                 # the owner clears the flag before draining, so a result appended after
                 # its drain always triggers a new wake

@@ -57,7 +57,8 @@ class ConnectionPool:
         self._idle: dict[str, list[Comm]] = {}
         self._closed = False
 
-    async def rpc(self, address: str, msg: dict) -> Any:
+    async def rpc(self, address: str, msg: dict, stats: dict | None = None) -> Any:
+        """Send ``msg`` and return the reply; ``stats["bytes_read"]``: the reply's wire size."""
         if self._closed:
             raise CommClosedError(address, "connection pool closed")
         idle = self._idle.get(address)
@@ -66,7 +67,10 @@ class ConnectionPool:
         )
         try:
             await comm.write(msg)
+            before = getattr(comm, "bytes_read", 0)
             reply = await comm.read()
+            if stats is not None:
+                stats["bytes_read"] = getattr(comm, "bytes_read", 0) - before
         except BaseException:
             comm.abort()
             raise
@@ -105,9 +109,12 @@ class RemoteData:
         self.pool = pool
         self.who = who
 
-    async def get_data(self, peer: str, keys: list[Key]) -> tuple[dict, dict]:
+    async def get_data(
+        self, peer: str, keys: list[Key], stats: dict | None = None
+    ) -> tuple[dict, dict]:
         try:
-            reply = await self.pool.rpc(peer, {"op": "get-data", "keys": keys, "who": self.who})
+            msg = {"op": "get-data", "keys": keys, "who": self.who}
+            reply = await self.pool.rpc(peer, msg, stats)
         except (TimeoutError, CommError, OSError) as exc:
             raise OSError(f"could not get data from {peer}: {exc}") from exc
         data, nbytes = dict(reply["data"]), dict(reply["nbytes"])

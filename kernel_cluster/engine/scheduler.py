@@ -14,10 +14,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..core.keys import Key
+from ..core.metrics import add_metrics
 from ..core.scheduler_messages import (
     ClientAdded,
     ClientCancelledKeys,
     ClientRemoved,
+    ClusterBusy,
     ComputeTask,
     DependencyUnavailable,
     FreeKeys,
@@ -72,6 +74,12 @@ class Scheduler:
         self.client_seq: dict[str, int] = {}  # last client event sequence number handled
         self._stimulus_counter = 0
         self._key_waiters: dict[Key, list[asyncio.Future]] = {}
+        # fine performance metrics from heartbeats, summed exactly once per delta:
+        # as workers send them, (context, span_id, prefix, activity, unit) for execute,
+        # and without the span, as Dask's Scheduler.cumulative_worker_metrics has them
+        self.worker_metrics: dict[tuple, float] = {}
+        self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
+        self.cumulative_worker_metrics: dict[tuple, float] = {}
 
     # -- membership -------------------------------------------------------------------
 
@@ -240,6 +248,9 @@ class Scheduler:
                 if reports is None:
                     reports = to_clients[inst.client] = []
                 reports.append(inst)
+            elif t is ClusterBusy:
+                for msgs in [to_workers.setdefault(a, []) for a in self.worker_channels]:
+                    msgs.append({"op": "cluster-busy", "busy": inst.busy})
             elif t is FreeKeys:
                 to_workers.setdefault(inst.worker, []).append(
                     {"op": "free-keys", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
@@ -261,10 +272,41 @@ class Scheduler:
         info["last_seen"] = self.clock()
         info["memory"] = msg.get("memory", 0)
         info["executing"] = msg.get("executing", 0)
+        metrics = msg.get("metrics")
+        if metrics:
+            self.add_worker_metrics(metrics)
+        for waiter in self._heartbeat_waiters.pop(address, ()):
+            if not waiter.done():
+                waiter.set_result(None)
         channel = self.worker_channels.get(address)
         if channel is not None:
             # the worker halves the round trip to learn how far its clock is from ours
             channel.send([{"op": "heartbeat-reply", "sent": msg["sent"], "time": self.clock()}])
+
+    async def refresh_metrics(self, timeout: float = 2.0) -> None:
+        """Ask every worker for a heartbeat now, so the metrics include the last moment.
+
+        A worker that does not answer in time is left out of this refresh; its numbers
+        arrive with its next heartbeat.
+        """
+        loop = asyncio.get_running_loop()
+        waiters = []
+        for address, channel in list(self.worker_channels.items()):
+            waiter = loop.create_future()
+            self._heartbeat_waiters.setdefault(address, []).append(waiter)
+            waiters.append(waiter)
+            channel.send([{"op": "heartbeat-now"}])
+        pending = [w for w in waiters if not w.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    def add_worker_metrics(self, delta: dict) -> None:
+        add_metrics(self.worker_metrics, delta)
+        cumulative = self.cumulative_worker_metrics
+        for key, value in delta.items():
+            if key[0] == "execute" and len(key) == 5:
+                key = ("execute", key[2], key[3], key[4])
+            cumulative[key] = cumulative.get(key, 0) + value
 
     def _stimulus(self, what: str) -> str:
         self._stimulus_counter += 1

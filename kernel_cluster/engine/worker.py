@@ -9,23 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, MutableMapping
+from functools import partial
 from typing import Any, Protocol
 
 import cloudpickle
 import psutil
 
 from ..core.keys import Key
+from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
 from ..core.worker_messages import (
     ComputeRequested,
     Execute,
     ExecuteSkipped,
+    ExecuteSucceeded,
     FreeKeysRequested,
     GatherDep,
     GatherDepFailed,
     GatherDepSucceeded,
+    PauseChanged,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
@@ -33,13 +38,56 @@ from ..core.worker_messages import (
 )
 from ..core.worker_state import WorkerState
 from .comm import SerializationError, check_serializable
-from .execute import pack_exception, run_task
+from .execute import pack_exception, run_task, run_task_unmetered
+from .meter import context_meter
 from .pool import TaskThreadPool
 from .remote import UnserializableResults
+from .spill import SpillBuffer
 
 logger = logging.getLogger(__name__)
 
 _NO_DATA: dict = {}
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+class _Exact:
+    """A value to be pickled whole on its way to another process.
+
+    The comm layer encodes lists, tuples and dicts as msgpack structure, which
+    gives every list back as a tuple: a task's result must arrive as it was made.
+    Unpickles as the value itself, so the receiver has nothing to unwrap.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple:
+        return (_identity, (self.value,))
+
+
+def _exact(value: Any) -> Any:
+    # other builtins travel exactly; anything else is pickled by the comm layer anyway
+    return _Exact(value) if type(value) in (list, tuple, dict) else value
+
+
+# per (span, prefix) running sums, expanded into metric keys at each heartbeat
+_ACC_FIELDS = (
+    ("thread-cpu", "seconds"),
+    ("thread-noncpu", "seconds"),
+    ("executor", "seconds"),
+    ("other", "seconds"),
+    ("tasks", "count"),
+    ("output", "bytes"),
+)
+
+
+def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
+    return {k: data[k] for k in keys}
 
 
 class Channel(Protocol):
@@ -65,6 +113,12 @@ class Worker:
         data: MutableMapping | None = None,
         clock: Callable[[], float] = time.time,
         in_process: bool = True,
+        fine_metrics: bool = True,
+        local_directory: str | None = None,
+        memory_target_fraction: float = 0.6,
+        memory_spill_fraction: float = 0.7,
+        memory_pause_fraction: float = 0.8,
+        memory_monitor_interval: float = 0.1,
     ):
         self.address = address
         self.name = name or address
@@ -80,10 +134,30 @@ class Worker:
         self.clock_offset = 0.0
         self._offset_samples: deque[tuple[float, float]] = deque(maxlen=10)
         self._process = psutil.Process()
+        # memory: values past target go to disk as they are stored; the monitor spills
+        # more when the worker's memory passes the spill fraction, and stops new tasks
+        # past the pause fraction until memory falls
+        self.memory_target_fraction = memory_target_fraction
+        self.memory_spill_fraction = memory_spill_fraction
+        self.memory_pause_fraction = memory_pause_fraction
+        self.memory_monitor_interval = memory_monitor_interval
+        if data is None and memory_limit and local_directory:
+            data = SpillBuffer(
+                os.path.join(local_directory, "spill"), int(memory_limit * memory_target_fraction)
+            )
         self.state = WorkerState(address=address, nthreads=nthreads, data=data)
         self.data = self.state.data
         self.scheduler: Channel | None = None
         self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
+        # fine performance metrics: see core/metrics.py for what each part does
+        self.fine_metrics = fine_metrics
+        self._run_task = run_task if fine_metrics else run_task_unmetered
+        self.metrics = MetricsLedger()
+        self.timeline = ThreadTimeline(time.perf_counter())
+        self.timeline.add_threads(self.pool.idents, time.perf_counter())
+        self._handed: dict[Key, tuple] = {}  # key -> (handed to pool, span, prefix)
+        self._acc: dict[tuple, list] = {}  # (span, prefix) -> _ACC_FIELDS sums
+        self._idle = 0.0
         self.transfer_incoming_log: list[dict] = []
         self.transfer_outgoing_log: list[dict] = []
         self._closed = False
@@ -114,6 +188,12 @@ class Worker:
                 events.append(FreeKeysRequested(msg["keys"], msg["stimulus_id"]))
             elif op == "heartbeat-reply":
                 self._learn_clock_offset(msg)
+            elif op == "heartbeat-now":
+                self.heartbeat()
+            elif op == "cluster-busy" and self.fine_metrics:
+                self._idle += self.timeline.set_busy(
+                    msg["busy"], time.perf_counter(), self.pool.running
+                )
             else:
                 logger.warning("Worker %s ignored an unknown message %r", self.address, op)
         self.handle(*events)
@@ -142,7 +222,7 @@ class Worker:
                     "memory": self._process.memory_info().rss,
                     "executing": len(self.state.executing),
                     "ready": len(self.state.ready),
-                    "metrics": {},
+                    "metrics": self.metrics_delta(),
                 }
             ]
         )
@@ -152,20 +232,126 @@ class Worker:
             self.heartbeat()
             await asyncio.sleep(interval)
 
+    def start_periodic(self, heartbeat_interval: float) -> None:
+        loop = self.loop
+        self._periodic = [
+            loop.create_task(self.heartbeat_loop(heartbeat_interval)),
+            loop.create_task(self._memory_monitor()),
+        ]
+
+    def memory_used(self) -> int:
+        """What the pause and spill thresholds compare: the process's memory for a worker
+        process; for an embedded worker, which shares the kernel's process, its data."""
+        if self.in_process:
+            return getattr(self.data, "memory", 0)
+        return self._process.memory_info().rss
+
+    async def _memory_monitor(self) -> None:
+        while not self._closed and self.memory_limit:
+            self.check_memory()
+            await asyncio.sleep(self.memory_monitor_interval)
+
+    def check_memory(self) -> None:
+        limit = self.memory_limit
+        data = self.data
+        used = self.memory_used()
+        if isinstance(data, SpillBuffer) and used > self.memory_spill_fraction * limit:
+            with context_meter.scope(self._charge_monitor, MeterFrame()):
+                excess = used - int(self.memory_target_fraction * limit)
+                data.evict_until(max(0, data.memory - excess))
+            used = self.memory_used()
+        paused = used > self.memory_pause_fraction * limit
+        if paused is not self.state.paused:
+            logger.warning(
+                "Worker %s %s: memory %d MiB of %d MiB",
+                self.address,
+                "paused" if paused else "resumed",
+                used >> 20,
+                limit >> 20,
+            )
+            self.handle(PauseChanged(paused))
+
+    def _charge_monitor(self, label: Any, value: float, unit: str) -> None:
+        self.metrics.add(("memory-monitor", label, unit), value)
+
     def _wake_from_thread(self) -> None:
         if not self._closed:
             self.loop.call_soon_threadsafe(self._on_tasks_done)
 
     def _on_tasks_done(self) -> None:
-        if not self._closed:
-            self.handle(*self.pool.drain())
+        if self._closed:
+            return
+        events = self.pool.drain()
+        if self.fine_metrics:
+            for ev in events:
+                self._account(ev)
+        self.handle(*events)
+
+    # -- fine performance metrics -----------------------------------------------------
+
+    def _charge_storing(self, label: Any, value: float, unit: str) -> None:
+        key = getattr(self.data, "storing", None)
+        ts = self.state.tasks.get(key) if key is not None else None
+        if ts is not None:
+            self.metrics.add(("execute", ts.span_id, ts.prefix, label, unit), value)
+        else:
+            self.metrics.add(("memory-monitor", label, unit), value)
+
+    def _account(self, ev: Any) -> None:
+        """Where a task's thread time went: its run, and the gap before it."""
+        handed = self._handed.pop(ev.key, None)
+        run = getattr(ev, "run", None)
+        if handed is None or run is None:
+            return
+        submitted, span_id, prefix = handed
+        executor, idle = self.timeline.task_ran(ev.thread, submitted, run[0], run[1])
+        self._idle += idle
+        acc = self._acc.get((span_id, prefix))
+        if acc is None:
+            acc = self._acc[(span_id, prefix)] = [0.0, 0.0, 0.0, 0.0, 0, 0]
+        acc[2] += executor
+        acc[4] += 1
+        if type(ev) is ExecuteSucceeded:
+            acc[5] += ev.nbytes
+        add = self.metrics.add
+        for label, value, unit in ev.metrics:
+            if label == "thread-cpu":
+                acc[0] += value
+            elif label == "thread-noncpu":
+                acc[1] += value
+            elif label == "other":
+                acc[3] += value
+            else:
+                add(("execute", span_id, prefix, label, unit), value)
+
+    def metrics_delta(self) -> dict:
+        """Metrics since the last call: what the next heartbeat carries."""
+        add = self.metrics.add
+        for (span_id, prefix), acc in self._acc.items():
+            for i, (activity, unit) in enumerate(_ACC_FIELDS):
+                add(("execute", span_id, prefix, activity, unit), acc[i])
+        self._acc = {}
+        if self._idle:
+            add(("execute", None, None, "idle", "seconds"), self._idle)
+            self._idle = 0.0
+        return self.metrics.take_delta()
+
+    @property
+    def digests_total(self) -> dict:
+        """Every metric this worker has recorded (what has gone out in heartbeats)."""
+        return self.metrics.total
 
     # -- the door into the state machine ----------------------------------------------
 
     def handle(self, *events: Any) -> None:
         if self._closed or not events:
             return
-        instructions = self.state.handle_stimulus(*events)
+        if self.fine_metrics and not context_meter.active:
+            # storing results may spill: charge it to the task whose result it was
+            with context_meter.scope(self._charge_storing, MeterFrame()):
+                instructions = self.state.handle_stimulus(*events)
+        else:
+            instructions = self.state.handle_stimulus(*events)
         if not instructions:
             return
         msgs: list[dict] = []
@@ -230,11 +416,15 @@ class Worker:
 
     def _execute(self, key: Key) -> None:
         ts = self.state.tasks[key]
-        if ts.dependencies:
+        if not ts.dependencies:
+            inputs: Any = _NO_DATA
+        elif type(self.data) is dict:
             data = self.data
             inputs = {d.key: data[d.key] for d in ts.dependencies}
-        else:
-            inputs = _NO_DATA
+        else:  # read on the task thread: unspilling is part of the task's time
+            inputs = partial(_read_inputs, self.data, [d.key for d in ts.dependencies])
+        if self.fine_metrics:
+            self._handed[key] = (time.perf_counter(), ts.span_id, ts.prefix)
         self.pool.submit(self._run, key, ts.spec, inputs)
 
     def _run(self, key: Key, spec: Any, inputs: dict) -> Any:
@@ -242,42 +432,73 @@ class Worker:
         ts = self.state.tasks.get(key)
         if ts is None or ts.cancelled or self.state.paused:
             return ExecuteSkipped(key)
-        return run_task(key, spec, inputs)
+        return self._run_task(key, spec, inputs)
 
     async def _gather_dep(self, inst: GatherDep) -> None:
-        start = self.now()
-        try:
-            data, nbytes = await self.peers.get_data(inst.worker, inst.keys)
-        except UnserializableResults as exc:  # those keys fail on the scheduler
-            data, nbytes = exc.data, exc.nbytes
-        except Exception as exc:
-            logger.warning(
-                "Worker %s could not fetch %d keys from %s: %s",
-                self.address,
-                len(inst.keys),
-                inst.worker,
-                exc,
+        digests: list[tuple] = []
+        frame = MeterFrame()
+        t0 = time.perf_counter()
+        with context_meter.scope(lambda *d: digests.append(d), frame):
+            start = self.now()
+            stats: dict = {}
+            try:
+                data, nbytes = await self.peers.get_data(inst.worker, inst.keys, stats)
+            except UnserializableResults as exc:  # those keys fail on the scheduler
+                data, nbytes = exc.data, exc.nbytes
+            except Exception as exc:
+                logger.warning(
+                    "Worker %s could not fetch %d keys from %s: %s",
+                    self.address,
+                    len(inst.keys),
+                    inst.worker,
+                    exc,
+                )
+                self.handle(GatherDepFailed(inst.worker, inst.keys, inst.stimulus_id))
+                return
+            stop = self.now()
+            t1 = time.perf_counter()
+            metered_in_transfer = frame.inner_wall
+            # storing the data may spill: that belongs to this transfer too
+            self.handle(
+                GatherDepSucceeded(inst.worker, data, nbytes, start, stop, inst.stimulus_id)
             )
-            self.handle(GatherDepFailed(inst.worker, inst.keys, inst.stimulus_id))
-            return
-        stop = self.now()
+        t2 = time.perf_counter()
+        total_bytes = sum(nbytes.values())
         if data:
             self.transfer_incoming_log.append(
                 {
                     "peer": inst.worker,
                     "keys": list(data),
-                    "total": sum(nbytes.values()),
-                    "compressed": sum(nbytes.values()),
+                    "total": total_bytes,
+                    "compressed": stats.get("bytes_read", total_bytes),
                     "start": start,
                     "stop": stop,
                 }
             )
-        self.handle(GatherDepSucceeded(inst.worker, data, nbytes, start, stop, inst.stimulus_id))
+        if self.fine_metrics:
+            add = self.metrics.add
+            add(("gather-dep", "network", "seconds"), max(0.0, t1 - t0 - metered_in_transfer))
+            add(("gather-dep", "network", "bytes"), total_bytes)
+            add(
+                ("gather-dep", "other", "seconds"),
+                max(0.0, t2 - t1 - (frame.inner_wall - metered_in_transfer)),
+            )
+            for label, value, unit in digests:
+                add(("gather-dep", label, unit), value)
 
     # -- serving peers ----------------------------------------------------------------
 
     def get_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
         """The values this worker holds among ``keys`` and their sizes."""
+        if self.fine_metrics and not context_meter.active:
+            with context_meter.scope(self._charge_get_data, MeterFrame()):
+                return self._get_data(keys)
+        return self._get_data(keys)
+
+    def _charge_get_data(self, label: Any, value: float, unit: str) -> None:
+        self.metrics.add(("get-data", label, unit), value)
+
+    def _get_data(self, keys: list[Key]) -> tuple[dict, dict]:
         data = self.data
         tasks = self.state.tasks
         out = {}
@@ -289,12 +510,55 @@ class Worker:
                 nbytes[key] = ts.nbytes if ts is not None else 0
         return out, nbytes
 
+    async def serve(self, comm: Any, msg: dict) -> None:
+        """Answer one request on a peer connection, metering what sending data cost."""
+        if msg.get("op") != "get-data" or not self.fine_metrics:
+            await self._reply(comm, msg)
+            return
+
+        digests: list[tuple] = []
+        frame = MeterFrame()
+        t0 = time.perf_counter()
+        with context_meter.scope(lambda *d: digests.append(d), frame):
+            nbytes = await self._reply(comm, msg)
+        total = time.perf_counter() - t0
+        add = self.metrics.add
+        add(("get-data", "network", "seconds"), max(0.0, total - frame.inner_wall))
+        add(("get-data", "network", "bytes"), nbytes)
+        for label, value, unit in digests:
+            add(("get-data", label, unit), value)
+
+    async def _reply(self, comm: Any, msg: dict) -> int:
+        start = self.now()
+        reply = await self.handle_request(msg)
+        try:
+            written = await comm.write(reply)
+        except SerializationError:  # raised before anything was sent
+            if "data" not in reply:
+                raise
+            written = await comm.write(self.drop_unserializable(reply))
+        if "data" not in reply or not reply["data"]:
+            return 0
+        total = sum(reply["nbytes"].values())
+        self.transfer_outgoing_log.append(
+            {
+                "peer": msg.get("who", ""),
+                "keys": list(reply["data"]),
+                "total": total,
+                "compressed": written,
+                "start": start,
+                "stop": self.now(),
+            }
+        )
+        return total
+
     async def handle_request(self, msg: dict) -> dict:
         """A peer's (or the kernel's) request on a request/reply connection."""
         op = msg.get("op")
         if op == "get-data":
             start = self.now()
             data, nbytes = self.get_data(list(msg["keys"]), msg.get("who", ""))
+            data = {key: _exact(value) for key, value in data.items()}
             if data:
                 total = sum(nbytes.values())
                 self.transfer_outgoing_log.append(
@@ -369,3 +633,5 @@ class Worker:
     def close(self) -> None:
         self._closed = True
         self.pool.stop()
+        if isinstance(self.data, SpillBuffer):
+            self.data.close()

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 
-from .comm import Comm, CommError, SerializationError, connect, listen
+from .comm import Comm, CommError, connect, listen
 from .remote import ConnectionPool, RemoteData, StreamChannel
 from .worker import Worker
 
@@ -29,6 +29,8 @@ async def serve(
     name: str = "",
     heartbeat_interval: float = 0.5,
     listen_address: str = "tcp://127.0.0.1:0",
+    local_directory: str | None = None,
+    fine_metrics: bool = True,
 ) -> None:
     loop = asyncio.get_running_loop()
     worker: Worker | None = None
@@ -38,13 +40,7 @@ async def serve(
             while True:
                 msg = await comm.read()
                 assert worker is not None
-                reply = await worker.handle_request(msg)
-                try:
-                    await comm.write(reply)
-                except SerializationError:  # raised before anything was sent
-                    if "data" not in reply:
-                        raise
-                    await comm.write(worker.drop_unserializable(reply))
+                await worker.serve(comm, msg)
         except CommError:
             pass
 
@@ -59,6 +55,8 @@ async def serve(
         name=name or listener.address,
         clock=time.time,
         in_process=False,
+        local_directory=local_directory,
+        fine_metrics=fine_metrics,
     )
     comm = await connect(scheduler_address, secret=secret)
     try:
@@ -77,7 +75,7 @@ async def serve(
             raise RuntimeError(f"The scheduler refused this worker: {reply.get('reason')}")
         stream = StreamChannel(comm)
         worker.connect(stream)
-        beats = loop.create_task(worker.heartbeat_loop(heartbeat_interval))
+        worker.start_periodic(heartbeat_interval)
         try:
             while True:
                 msgs = await comm.read()
@@ -85,7 +83,8 @@ async def serve(
         except CommError:
             logger.info("Worker %s lost its scheduler; shutting down", worker.address)
         finally:
-            beats.cancel()
+            for task in worker._periodic:
+                task.cancel()
             stream.abort()
     finally:
         comm.abort()

@@ -379,3 +379,16 @@ def test_queue_depth_follows_task_duration(duration, extra_expected):
         assert sent == 1 + int(0.05 / 0.001)
     else:
         assert sent == 1
+
+
+def test_cluster_busy_is_announced_when_work_starts_and_ends():
+    from kernel_cluster.core.scheduler_messages import ClusterBusy
+
+    s = Sched(("w", 1))
+    out = s.submit({"a": (), "b": ("a",)}, ["b"])
+    assert [i.busy for i in out if isinstance(i, ClusterBusy)] == [True]
+    out = s.finish("a", "w")
+    assert not any(isinstance(i, ClusterBusy) for i in out)  # still busy: no message
+    out = s.finish("b", "w")
+    assert [i.busy for i in out if isinstance(i, ClusterBusy)] == [False]
+    assert s.s.n_pending == 0

@@ -37,8 +37,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
+import lz4.block
 import msgpack
 
+from ..meter import context_meter
 from .errors import ProtocolError, SerializationError
 
 __all__ = ["OUT_OF_BAND_THRESHOLD", "check_serializable", "dumps", "loads"]
@@ -49,12 +51,19 @@ OUT_OF_BAND_THRESHOLD = 64 * 1024
 _EXT_FRAME = 1  # a bytes-like value sent as its own frame: kind, frame index
 _EXT_INLINE = 2  # a small bytearray / memoryview: kind, then the bytes
 _EXT_PICKLE = 3  # first buffer frame, number of buffers, then the pickle
+_EXT_PICKLE_Z = 4  # as _EXT_PICKLE, then per buffer: codec and original size
 
 _KIND_BYTES, _KIND_BYTEARRAY, _KIND_MEMORYVIEW = 0, 1, 2
 _KINDS = {bytes: _KIND_BYTES, bytearray: _KIND_BYTEARRAY, memoryview: _KIND_MEMORYVIEW}
 
 _FRAME_REF = struct.Struct("<BI")
 _PICKLE_REF = struct.Struct("<II")
+_CODEC_REF = struct.Struct("<BQ")
+_CODEC_NONE, _CODEC_LZ4 = 0, 1
+# Large buffers are lz4-compressed when a sample shrinks to this fraction or less:
+# random floats do not, so they go as they are; repetitive data (zeros, text, ids) does.
+_COMPRESS_SAMPLE = 10_000
+_COMPRESS_RATIO = 0.9
 
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
 
@@ -69,8 +78,9 @@ def _type_name(obj: object) -> str:
 class _Encoder:
     """Rewrites one message into msgpack-native values, collecting frames."""
 
-    def __init__(self, threshold: int) -> None:
+    def __init__(self, threshold: int, compress: bool = True) -> None:
         self.threshold = threshold
+        self.compress = compress
         self.frames: list[bytes | memoryview] = [b""]  # [0] becomes the body
 
     def prepare(self, obj: Any) -> Any:
@@ -127,17 +137,45 @@ class _Encoder:
                 "a value in the message", _type_name(obj), f"{type(exc).__name__}: {exc}"
             ) from exc
         first = len(self.frames)
+        if self.compress and buffers:
+            codecs = []
+            for raw in buffers:
+                packed = _maybe_compress(raw)
+                codecs.append(
+                    _CODEC_REF.pack(_CODEC_NONE if packed is None else _CODEC_LZ4, raw.nbytes)
+                )
+                self.frames.append(raw if packed is None else packed)
+            head = _PICKLE_REF.pack(first, len(buffers)) + b"".join(codecs)
+            return msgpack.ExtType(_EXT_PICKLE_Z, head + data)
         self.frames.extend(buffers)
         return msgpack.ExtType(_EXT_PICKLE, _PICKLE_REF.pack(first, len(buffers)) + data)
 
 
-def dumps(msg: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD) -> list[bytes | memoryview]:
+def _maybe_compress(raw: memoryview) -> bytes | None:
+    """lz4 of a buffer worth compressing, else None (meters ``compress``)."""
+    with context_meter.meter("compress"):
+        sample = raw[:_COMPRESS_SAMPLE] if raw.nbytes > _COMPRESS_SAMPLE else raw
+        if len(lz4.block.compress(sample, store_size=False)) > _COMPRESS_RATIO * sample.nbytes:
+            return None
+        packed = lz4.block.compress(raw, store_size=False)
+        return packed if len(packed) <= _COMPRESS_RATIO * raw.nbytes else None
+
+
+def dumps(
+    msg: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD, compress: bool = True
+) -> list[bytes | memoryview]:
     """Encode ``msg`` as frames: the msgpack body, then out-of-band buffers.
 
     Buffers of at least ``threshold`` bytes become frames that share memory
-    with the value they came from.
+    with the value they came from, or, with ``compress``, lz4-compressed copies
+    of them when that makes them notably smaller.
     """
-    encoder = _Encoder(threshold)
+    with context_meter.meter("serialize"):
+        return _dumps(msg, threshold, compress)
+
+
+def _dumps(msg: Any, threshold: int, compress: bool) -> list[bytes | memoryview]:
+    encoder = _Encoder(threshold, compress)
     try:
         prepared = encoder.prepare(msg)
     except RecursionError as exc:
@@ -155,6 +193,11 @@ def dumps(msg: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD) -> list[bytes | m
 
 def loads(frames: Sequence[bytes | bytearray | memoryview]) -> Any:
     """Decode the frames of one message (as made by ``dumps``)."""
+    with context_meter.meter("deserialize"):
+        return _loads(frames)
+
+
+def _loads(frames: Sequence[bytes | bytearray | memoryview]) -> Any:
     if not frames:
         raise ProtocolError(reason="a message needs at least one frame")
 
@@ -169,11 +212,21 @@ def loads(frames: Sequence[bytes | bytearray | memoryview]) -> Any:
             return _as_kind(kind, frame(index))
         if code == _EXT_INLINE:
             return _as_kind(data[0], data[1:])
-        if code == _EXT_PICKLE:
+        if code in (_EXT_PICKLE, _EXT_PICKLE_Z):
             first, count = _PICKLE_REF.unpack_from(data)
             buffers = [frame(i) for i in range(first, first + count)]
+            offset = _PICKLE_REF.size
+            if code == _EXT_PICKLE_Z:
+                for i in range(count):
+                    codec, size = _CODEC_REF.unpack_from(data, offset + i * _CODEC_REF.size)
+                    if codec == _CODEC_LZ4:
+                        with context_meter.meter("decompress"):
+                            buffers[i] = lz4.block.decompress(buffers[i], uncompressed_size=size)
+                    elif codec != _CODEC_NONE:
+                        raise ProtocolError(reason=f"unknown compression codec {codec}")
+                offset += count * _CODEC_REF.size
             try:
-                return pickle.loads(memoryview(data)[_PICKLE_REF.size :], buffers=buffers)
+                return pickle.loads(memoryview(data)[offset:], buffers=buffers)
             except Exception as exc:
                 raise SerializationError(
                     "a pickled value in a received message",

@@ -94,6 +94,7 @@ class TcpComm(Comm):
         self.max_message_size = max_message_size
         self.max_frames = max_frames
         self._decoder = FrameDecoder(max_message_size=max_message_size, max_frames=max_frames)
+        self.bytes_read = 0  # on the wire, so callers can tell compressed sizes
         self._reading = False
         self._closed = False
         self._aborted_locally = False
@@ -142,8 +143,10 @@ class TcpComm(Comm):
             self._pending_read = None
             try:
                 if isinstance(data, int):  # read_into: bytes written into the target
+                    self.bytes_read += data
                     decoder.buffer_updated(data)
                 else:
+                    self.bytes_read += len(data)
                     decoder.feed(data)
             except ProtocolError as exc:
                 raise self._broken(exc.reason) from exc

@@ -96,10 +96,24 @@ def test_large_bytes_travel_out_of_band_without_copy():
 
 
 def test_numpy_array_frame_shares_memory_with_the_array():
-    array = np.arange(1_000_000, dtype="f8")  # 8 MB
+    array = np.random.default_rng(1).random(1_000_000)  # 8 MB that lz4 cannot shrink
     frames = dumps({"op": "data", "value": array})
     assert any(np.shares_memory(np.asarray(f), array) for f in frames[1:])
     assert memoryview(frames[0]).nbytes < 1000
+    # without compression even a compressible array is sent from its own memory
+    ordered = np.arange(1_000_000, dtype="f8")
+    frames = dumps({"value": ordered}, compress=False)
+    assert any(np.shares_memory(np.asarray(f), ordered) for f in frames[1:])
+
+
+def test_compressible_buffers_travel_compressed_and_come_back_exact():
+    array = np.zeros(1_000_000)  # 8 MB of zeros
+    frames = dumps({"value": array, "noise": np.random.default_rng(2).random(20_000)})
+    sent = sum(memoryview(f).nbytes for f in frames)
+    assert sent < 8_000_000 // 10 + 200_000  # zeros shrink; the noise does not
+    out = loads(frames)
+    np.testing.assert_array_equal(out["value"], array)
+    assert out["noise"].shape == (20_000,)
 
 
 def test_numpy_array_round_trip_is_writable():

@@ -1,0 +1,240 @@
+"""Fine performance metrics: recording, attributing and summing them.
+
+Three parts, kept apart on purpose:
+
+- ``ContextMeter`` records. Low-level code (a task, a serialiser, the spill
+  buffer) says ``with context_meter.meter("disk-write")`` or
+  ``digest_metric(label, value, unit)`` without knowing who listens; whoever
+  runs that code (the task runner, a transfer) installs a callback in the
+  context and decides what the numbers belong to.
+- ``ThreadTimeline`` accounts for the time *between* tasks on each worker
+  thread, so that every second of every thread is attributed once: a task's
+  run, the executor hand-off before it, or idle.
+- ``MetricsLedger`` holds a worker's running totals and the delta since the
+  last heartbeat; ``add_metrics`` sums deltas on the scheduler.
+
+Clocks are parameters: tests drive them by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+Metrics = dict[tuple, float]
+Callback = Callable[[Hashable, float, str], None]
+
+
+class MeterFrame:
+    """A ``seconds`` meter in progress: nested meters report their time to it.
+
+    ``inner_wall`` and ``inner_cpu`` are what nested meters took, so the frame's
+    own time excludes them and nothing is counted twice.
+    """
+
+    __slots__ = ("inner_cpu", "inner_wall")
+
+    def __init__(self) -> None:
+        self.inner_wall = 0.0
+        self.inner_cpu = 0.0
+
+
+class ContextMeter:
+    def __init__(self, wall: Callable[[], float], cpu: Callable[[], float]):
+        self.wall = wall
+        self.cpu = cpu
+        self._callbacks: ContextVar[tuple[Callback, ...]] = ContextVar(
+            "kernel_cluster_metric_callbacks", default=()
+        )
+        self._frame: ContextVar[MeterFrame | None] = ContextVar(
+            "kernel_cluster_meter_frame", default=None
+        )
+
+    @contextmanager
+    def add_callback(self, callback: Callback) -> Iterator[None]:
+        """Receive every metric digested in this context (nested callbacks all receive)."""
+        token = self._callbacks.set((*self._callbacks.get(), callback))
+        try:
+            yield
+        finally:
+            self._callbacks.reset(token)
+
+    def scope(self, callback: Callback, frame: MeterFrame) -> _Scope:
+        """Listen with ``callback`` only, and let ``frame`` collect the time of meters.
+
+        What a task runner opens around each task: a class, not a generator, since
+        it runs once per task.
+        """
+        return _Scope(self, callback, frame)
+
+    @property
+    def active(self) -> bool:
+        """Whether anybody listens here (inside a task or a transfer)."""
+        return bool(self._callbacks.get())
+
+    def digest_metric(self, label: Hashable, value: float, unit: str) -> None:
+        """Report ``value`` in ``unit`` under ``label``; a no-op where nobody listens."""
+        callbacks = self._callbacks.get()
+        if not callbacks:
+            return
+        check_metric(label, value, unit)
+        for cb in callbacks:
+            cb(label, value, unit)
+
+    @contextmanager
+    def meter(self, label: Hashable, unit: str = "seconds") -> Iterator[None]:
+        """Time the block and report it as ``label``.
+
+        Seconds spent in meters nested inside are reported under their own label
+        and left out of this one; the enclosing task's CPU and non-CPU time leave
+        out the whole block. Usable as a decorator too.
+        """
+        if not self._callbacks.get():
+            yield
+            return
+        hash(label)  # fail here, inside the task, rather than later on the worker
+        parent = self._frame.get()
+        frame = MeterFrame()
+        token = self._frame.set(frame)
+        wall0, cpu0 = self.wall(), self.cpu()
+        try:
+            yield
+        finally:
+            wall = self.wall() - wall0
+            cpu = self.cpu() - cpu0
+            self._frame.reset(token)
+            if parent is not None:
+                parent.inner_wall += wall
+                parent.inner_cpu += cpu
+            self.digest_metric(label, max(0.0, wall - frame.inner_wall), unit)
+
+
+class _Scope:
+    __slots__ = ("_callback", "_frame", "_meter", "_tokens")
+
+    def __init__(self, meter: ContextMeter, callback: Callback, frame: MeterFrame):
+        self._meter, self._callback, self._frame = meter, callback, frame
+
+    def __enter__(self) -> MeterFrame:
+        m = self._meter
+        self._tokens = (m._callbacks.set((self._callback,)), m._frame.set(self._frame))
+        return self._frame
+
+    def __exit__(self, *exc: object) -> None:
+        m = self._meter
+        m._frame.reset(self._tokens[1])
+        m._callbacks.reset(self._tokens[0])
+
+
+def check_metric(label: Any, value: Any, unit: Any) -> None:
+    """Bad input gets a clear error where it happens, not a corrupt total later."""
+    try:
+        hash(label)
+    except TypeError:
+        raise TypeError(
+            f"Metric label {label!r} cannot be used: labels must be hashable (a str or a "
+            "tuple of str), not {type(label).__name__}."
+        ) from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"Metric {label!r} got {value!r} ({type(value).__name__}); values must be int or "
+            "float numbers."
+        )
+    if not math.isfinite(value):
+        raise ValueError(f"Metric {label!r} got {value!r}; values must be finite numbers.")
+    if not isinstance(unit, str) or not unit:
+        raise TypeError(f"Metric {label!r} needs a unit such as 'seconds' or 'bytes'.")
+
+
+# -- time between tasks ------------------------------------------------------------------
+
+
+class ThreadTimeline:
+    """Attributes each worker thread's time between tasks to ``executor`` or ``idle``.
+
+    ``mark[t]`` is how far thread ``t``'s time has been accounted. A task that
+    thread ``t`` picked up at ``start`` closes the gap ``[mark, start]``: the
+    part before the task was handed to the pool (``submitted``) is idle, the rest
+    is executor hand-off. Idle is only counted while the cluster is busy: when
+    it goes quiet, free threads are accounted up to that moment and the time
+    until work comes back belongs to nobody.
+    """
+
+    def __init__(self, now: float, busy: bool = False):
+        self.mark: dict[int, float] = {}
+        self.busy = busy
+        self._start = now
+
+    def task_ran(self, thread: int, submitted: float, start: float, stop: float) -> tuple:
+        """(executor, idle) seconds before this task, which ran ``[start, stop]``."""
+        mark = self.mark.get(thread, self._start)
+        self.mark[thread] = max(stop, mark)
+        if start <= mark:
+            return 0.0, 0.0
+        handed = max(mark, min(submitted, start))
+        idle = handed - mark if self.busy else 0.0
+        return start - handed, idle
+
+    def set_busy(
+        self, busy: bool, now: float, running: set[int] | frozenset = frozenset()
+    ) -> float:
+        """The cluster went busy or quiet at ``now``; returns idle seconds to record.
+
+        ``running`` threads are inside a task: their time is the task's.
+        """
+        idle = 0.0
+        if self.busy and not busy:
+            for thread, mark in self.mark.items():
+                if thread not in running and now > mark:
+                    idle += now - mark
+                    self.mark[thread] = now
+        elif busy and not self.busy:
+            for thread, mark in self.mark.items():
+                if thread not in running:
+                    self.mark[thread] = max(mark, now)
+            self._start = max(self._start, now)
+        self.busy = busy
+        return idle
+
+    def add_threads(self, threads: list[int], now: float) -> None:
+        for t in threads:
+            self.mark.setdefault(t, now)
+
+
+# -- running totals and deltas --------------------------------------------------------
+
+
+class MetricsLedger:
+    """A worker's metrics: running totals, and the delta the next heartbeat carries.
+
+    Everything is added on the worker's event loop thread; the heartbeat takes the
+    delta by swapping the dict, so nothing is copied or locked.
+    """
+
+    def __init__(self) -> None:
+        self.total: Metrics = {}
+        self._delta: Metrics = {}
+
+    def add(self, key: tuple, value: float) -> None:
+        if not value:
+            return
+        total, delta = self.total, self._delta
+        total[key] = total.get(key, 0) + value
+        delta[key] = delta.get(key, 0) + value
+
+    def add_many(self, metrics: Metrics) -> None:
+        for key, value in metrics.items():
+            self.add(key, value)
+
+    def take_delta(self) -> Metrics:
+        delta, self._delta = self._delta, {}
+        return delta
+
+
+def add_metrics(into: Metrics, delta: Metrics) -> None:
+    """``into += delta``, keeping integers integers."""
+    for key, value in delta.items():
+        into[key] = into.get(key, 0) + value

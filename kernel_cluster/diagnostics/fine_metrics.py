@@ -1,0 +1,56 @@
+"""Fine performance metrics as tables: the data behind the seeds' three panels.
+
+``to_frame`` turns the summed worker metrics into a tidy DataFrame, one row per
+(context, span, function, activity, unit); ``by_function`` and ``by_activity``
+pivot it the way the "Task execution, by function / by activity" panels show it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+COLUMNS = ["context", "span", "function", "activity", "unit", "value"]
+
+
+def to_frame(metrics: dict[tuple, float], unit: str | None = None) -> pd.DataFrame:
+    """One row per metric; ``unit`` keeps only that unit (seconds, bytes, count, ...)."""
+    rows = []
+    for key, value in metrics.items():
+        if not isinstance(key, tuple) or not key:
+            continue
+        if key[0] == "execute" and len(key) == 5:
+            _, span, function, activity, u = key
+        elif len(key) == 3:
+            span, function = None, None
+            _, activity, u = key
+        else:
+            continue
+        if unit is not None and u != unit:
+            continue
+        rows.append((key[0], span, function, activity, u, value))
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return frame.sort_values(["context", "function", "activity"], na_position="last").reset_index(
+        drop=True
+    )
+
+
+def by_function(frame: pd.DataFrame, unit: str = "seconds") -> pd.DataFrame:
+    """Task execution, by function: a row per task prefix, a column per activity."""
+    return _pivot(frame, "execute", unit, index="function")
+
+
+def by_activity(frame: pd.DataFrame, unit: str = "seconds", context: str = "execute") -> Any:
+    """Task execution (or send / receive data), by activity: one total per activity."""
+    sel = frame[(frame.context == context) & (frame.unit == unit)]
+    return sel.groupby("activity")["value"].sum().sort_values(ascending=False)
+
+
+def _pivot(frame: pd.DataFrame, context: str, unit: str, index: str) -> pd.DataFrame:
+    sel = frame[(frame.context == context) & (frame.unit == unit)].copy()
+    sel[index] = sel[index].fillna("(none)")
+    table = sel.pivot_table(index=index, columns="activity", values="value", aggfunc="sum")
+    table = table.fillna(0)
+    table["total"] = table.sum(axis=1)
+    return table.sort_values("total", ascending=False)

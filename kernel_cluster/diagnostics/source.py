@@ -1,0 +1,19 @@
+"""The one narrow, read-only door through which every view reads an engine.
+
+Views (tables, widgets, reports) take a ``DiagnosticsSource`` and nothing else,
+so the same views can be fed by this package's engine or by another one (a Dask
+cluster) that implements the protocol. Everything returned is a snapshot of plain
+data, never a live engine object.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class DiagnosticsSource(Protocol):
+    def fine_metrics(self) -> dict[tuple, float]:
+        """Every worker metric summed so far, as workers key them:
+        ``("execute", span_id, prefix, activity, unit)``, ``("gather-dep", activity,
+        unit)``, ``("get-data", activity, unit)``, ``("memory-monitor", activity, unit)``."""
+        ...

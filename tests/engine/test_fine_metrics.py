@@ -1,0 +1,240 @@
+"""Fine performance metrics end to end: the seeds' stories, on real workers."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from kernel_cluster import Client, KernelCluster, context_meter
+
+
+def sleeper(x):
+    time.sleep(0.1)
+    return x
+
+
+def python_loop(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def numpy_work(seed):
+    # sorting floats releases the GIL: the threads truly run side by side
+    return float(np.sort(np.random.default_rng(seed).random(2_000_000))[-1])
+
+
+def metered_io(x):
+    with context_meter.meter("I/O"):
+        time.sleep(0.2)
+    return x
+
+
+@context_meter.meter("download")
+def decorated(x):
+    time.sleep(0.05)
+    return x
+
+
+def s3_read(nbytes):
+    context_meter.digest_metric("S3 Infrequent Access", nbytes, "bytes")
+    return nbytes
+
+
+def labelled(label, seconds):
+    context_meter.digest_metric(label, 1, "count")
+    time.sleep(seconds)
+    return label
+
+
+def bad_metric(kind):
+    if kind == "nan":
+        context_meter.digest_metric("x", math.nan, "seconds")
+    else:
+        context_meter.digest_metric(["unhashable"], 1, "count")
+
+
+def make_array(i):
+    return np.zeros(1_000_000) + i  # 8 MB, compressible
+
+
+def execute(client, function, unit="seconds") -> dict:
+    df = client.fine_metrics(unit=unit)
+    rows = df[(df.context == "execute") & (df.function == function)]
+    return dict(zip(rows.activity, rows.value))
+
+
+@pytest.fixture(params=["embedded", "processes"])
+def mclient(request):
+    processes = request.param == "processes"
+    with KernelCluster(n_workers=1, threads_per_worker=2, processes=processes,
+                       memory_limit=0) as cluster, Client(cluster) as client:  # fmt: skip
+        yield client
+
+
+@pytest.fixture
+def eclient():
+    with (
+        KernelCluster(n_workers=1, threads_per_worker=2, memory_limit=0) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def test_sleeping_tasks_are_mostly_thread_noncpu(mclient):
+    mclient.gather(mclient.map(sleeper, range(4)))
+    m = execute(mclient, "sleeper")
+    assert m["thread-noncpu"] > 0.35
+    assert m["thread-cpu"] < 0.05
+    assert execute(mclient, "sleeper", "count")["tasks"] == 4
+
+
+def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
+    eclient.gather(eclient.map(python_loop, [1_500_000] * 4, pure=False))
+    loop = execute(eclient, "python_loop")
+    # two threads taking turns on the GIL: each waits about half of its wall time
+    assert loop["thread-noncpu"] / (loop["thread-cpu"] + loop["thread-noncpu"]) > 0.25
+    eclient.gather(eclient.map(numpy_work, range(4)))
+    np_ = execute(eclient, "numpy_work")
+    assert np_["thread-cpu"] / (np_["thread-cpu"] + np_["thread-noncpu"]) > 0.6
+
+
+def test_user_meter_is_its_own_activity_and_not_noncpu(mclient):
+    mclient.gather(mclient.map(metered_io, range(2)))
+    mclient.gather(mclient.map(decorated, range(2)))
+    m = execute(mclient, "metered_io")
+    assert m["I/O"] == pytest.approx(0.4, abs=0.1)
+    assert m.get("thread-noncpu", 0) < 0.05
+    d = execute(mclient, "decorated")
+    assert d["download"] == pytest.approx(0.1, abs=0.05)
+    assert d.get("thread-noncpu", 0) < 0.03
+
+
+def test_digest_metric_adds_any_value_in_any_unit(mclient):
+    assert mclient.gather(mclient.map(s3_read, [1000, 2000])) == [1000, 2000]
+    assert execute(mclient, "s3_read", "bytes")["S3 Infrequent Access"] == 3000
+
+
+def test_concurrent_tasks_do_not_leak_into_each_other(eclient):
+    a = eclient.submit(labelled, "from-a", 0.3, key="task_a-1")
+    b = eclient.submit(labelled, "from-b", 0.3, key="task_b-1")
+    assert eclient.gather([a, b]) == ["from-a", "from-b"]
+    assert set(execute(eclient, "task_a", "count")) == {"from-a", "tasks"}
+    assert set(execute(eclient, "task_b", "count")) == {"from-b", "tasks"}
+
+
+def test_bad_metric_fails_that_task_only(mclient):
+    with pytest.raises(ValueError, match="finite"):
+        mclient.submit(bad_metric, "nan").result()
+    with pytest.raises(TypeError, match="hashable"):
+        mclient.submit(bad_metric, "label").result()
+    assert mclient.submit(sleeper, 1).result() == 1
+    # outside a task, the same calls do nothing
+    context_meter.digest_metric("client side", 1, "count")
+    with context_meter.meter("client side"):
+        pass
+
+
+def test_integers_stay_integers_and_nothing_is_negative(mclient):
+    mclient.gather(mclient.map(s3_read, range(5)))
+    mclient.gather(mclient.map(sleeper, range(3)))
+    raw = mclient._diagnostics.fine_metrics()
+    assert raw
+    for key, value in raw.items():
+        assert value >= 0, key
+        if key[-1] in ("bytes", "count"):
+            assert isinstance(value, int), (key, value)
+
+
+def test_memory_pressure_shows_disk_and_compression_with_bytes():
+    with KernelCluster(n_workers=1, threads_per_worker=2, memory_limit="20 MB") as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        arrays = client.map(make_array, range(8))  # 64 MB through a 20 MB worker
+        sums = client.gather(client.map(np.sum, arrays))
+        assert sums == [1_000_000.0 * i for i in range(8)]
+        df = client.fine_metrics(unit=None)
+        execute_rows = df[df.context == "execute"]
+        totals = execute_rows.groupby(["activity", "unit"])["value"].sum()
+        for activity in ("disk-write", "disk-read"):
+            assert totals[(activity, "seconds")] > 0
+            assert totals[(activity, "bytes")] > 0
+            assert totals[(activity, "count")] >= 1
+        assert totals[("compress", "seconds")] > 0
+        assert totals[("decompress", "seconds")] > 0
+        # what the seed calls cache hits: bytes read from memory next to those from disk
+        reads = df[df.unit == "bytes"].groupby("activity")["value"].sum()
+        assert reads["memory-read"] > 0 and reads["disk-read"] > 0
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["embedded", "processes"])
+def test_execute_seconds_add_up_to_wall_time_times_threads(processes):
+    with KernelCluster(n_workers=2, threads_per_worker=1, processes=processes,
+                       memory_limit=0) as cluster, Client(cluster) as client:  # fmt: skip
+        client.submit(sleeper, -1).result()  # warm: imports, connections
+        baseline = seconds_total(client)
+        t0 = time.perf_counter()
+        client.gather(client.map(sleeper, range(12)))
+        client.gather(client.map(python_loop, [300_000] * 6, pure=False))
+        client.gather(client.map(sleeper, range(100, 103)))  # one thread idles here
+        wall = time.perf_counter() - t0
+        measured = seconds_total(client) - baseline
+        assert measured == pytest.approx(wall * 2, rel=0.1)
+
+
+def seconds_total(client) -> float:
+    df = client.fine_metrics(unit="seconds")
+    return float(df[df.context == "execute"].value.sum())
+
+
+def test_collection_can_be_switched_off():
+    with KernelCluster(n_workers=1, threads_per_worker=2, fine_metrics=False) as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        assert client.gather(client.map(metered_io, range(2))) == [0, 1]
+        assert client.fine_metrics(unit=None).empty
+
+
+def test_heartbeat_deltas_are_summed_exactly_once(mclient):
+    mclient.gather(mclient.map(sleeper, range(6)))
+    mclient.gather(mclient.map(s3_read, range(6)))
+    scheduler_side = mclient._diagnostics.fine_metrics()  # forces a heartbeat first
+    worker_side: dict = {}
+    for totals in mclient.run(lambda dask_worker: dict(dask_worker.digests_total)).values():
+        for key, value in totals.items():
+            worker_side[key] = worker_side.get(key, 0) + value
+    assert set(worker_side) == set(scheduler_side)
+    for key, value in worker_side.items():
+        assert scheduler_side[key] == pytest.approx(value), key
+
+
+def test_a_dead_worker_keeps_what_it_reported():
+    with KernelCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        client.gather(client.map(sleeper, range(4)))
+        before = client._diagnostics.fine_metrics()
+        os.kill(next(iter(cluster.worker_pids().values())), signal.SIGKILL)
+        assert client.submit(sleeper, 99).result(timeout=60) == 99
+        after = client._diagnostics.fine_metrics()
+        for key, value in before.items():
+            assert after[key] >= value, key
+
+
+def test_transfers_record_both_sides():
+    with KernelCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        a, b = sorted(client.scheduler_info()["workers"])
+        x = client.submit(np.random.random, 1_000_000, workers=[a], pure=False)
+        assert client.submit(len, x, workers=[b]).result() == 1_000_000
+        df = client.fine_metrics(unit=None)
+        got = df[df.context == "gather-dep"].set_index(["activity", "unit"]).value
+        sent = df[df.context == "get-data"].set_index(["activity", "unit"]).value
+        assert got[("network", "bytes")] >= 8_000_000
+        assert got[("network", "seconds")] > 0
+        assert got[("deserialize", "seconds")] > 0
+        assert sent[("network", "bytes")] >= 8_000_000
+        assert sent[("serialize", "seconds")] > 0
