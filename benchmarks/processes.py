@@ -148,9 +148,11 @@ class Dask(Side):
         import dask
         from distributed import Client, LocalCluster
 
-        cfg = {} if self.saturation is None else {
-            "distributed.scheduler.worker-saturation": self.saturation
-        }
+        cfg = (
+            {}
+            if self.saturation is None
+            else {"distributed.scheduler.worker-saturation": self.saturation}
+        )
         self._config = dask.config.set(cfg)
         self._config.__enter__()
         self.cluster = LocalCluster(
@@ -201,8 +203,9 @@ def main(argv: list[str] | None = None) -> dict:
             startup[side.label].append(side.start())
             if len(startup[side.label]) < repeats:
                 side.close()
-    results: dict[str, dict[str, Any]] = {s.label: {"startup_s": median(startup[s.label])}
-                                         for s in sides}
+    results: dict[str, dict[str, Any]] = {
+        s.label: {"startup_s": median(startup[s.label])} for s in sides
+    }
     try:
         for name, fn, who in [
             ("trivial_tasks_per_s", Side.trivial, sides),
@@ -238,20 +241,48 @@ def print_table(report: dict) -> None:
     ours, dd, di = r["kernel-cluster"], r["dask"], r["dask (saturation=inf)"]
     rows = [
         ("start-up (s)", ours["startup_s"], dd["startup_s"], dd["startup_s"] / ours["startup_s"]),
-        ("trivial tasks/s vs default", ours["trivial_tasks_per_s"], dd["trivial_tasks_per_s"],
-         ours["trivial_tasks_per_s"] / dd["trivial_tasks_per_s"]),
-        ("trivial tasks/s vs sat=inf", ours["trivial_tasks_per_s"], di["trivial_tasks_per_s"],
-         ours["trivial_tasks_per_s"] / di["trivial_tasks_per_s"]),
-        ("tree tasks/s vs default", ours["tree_tasks_per_s"], dd["tree_tasks_per_s"],
-         ours["tree_tasks_per_s"] / dd["tree_tasks_per_s"]),
-        ("tree tasks/s vs sat=inf", ours["tree_tasks_per_s"], di["tree_tasks_per_s"],
-         ours["tree_tasks_per_s"] / di["tree_tasks_per_s"]),
-        ("chain (ms/step)", ours["chain_ms_per_step"], dd["chain_ms_per_step"],
-         dd["chain_ms_per_step"] / ours["chain_ms_per_step"]),
-        ("8 MB transfer, end to end (GB/s)", ours["transfer_gb_per_s"][0],
-         dd["transfer_gb_per_s"][0], ours["transfer_gb_per_s"][0] / dd["transfer_gb_per_s"][0]),
-        ("8 MB transfer, wire (GB/s)", ours["transfer_gb_per_s"][1],
-         dd["transfer_gb_per_s"][1], ours["transfer_gb_per_s"][1] / dd["transfer_gb_per_s"][1]),
+        (
+            "trivial tasks/s vs default",
+            ours["trivial_tasks_per_s"],
+            dd["trivial_tasks_per_s"],
+            ours["trivial_tasks_per_s"] / dd["trivial_tasks_per_s"],
+        ),
+        (
+            "trivial tasks/s vs sat=inf",
+            ours["trivial_tasks_per_s"],
+            di["trivial_tasks_per_s"],
+            ours["trivial_tasks_per_s"] / di["trivial_tasks_per_s"],
+        ),
+        (
+            "tree tasks/s vs default",
+            ours["tree_tasks_per_s"],
+            dd["tree_tasks_per_s"],
+            ours["tree_tasks_per_s"] / dd["tree_tasks_per_s"],
+        ),
+        (
+            "tree tasks/s vs sat=inf",
+            ours["tree_tasks_per_s"],
+            di["tree_tasks_per_s"],
+            ours["tree_tasks_per_s"] / di["tree_tasks_per_s"],
+        ),
+        (
+            "chain (ms/step)",
+            ours["chain_ms_per_step"],
+            dd["chain_ms_per_step"],
+            dd["chain_ms_per_step"] / ours["chain_ms_per_step"],
+        ),
+        (
+            "8 MB transfer, end to end (GB/s)",
+            ours["transfer_gb_per_s"][0],
+            dd["transfer_gb_per_s"][0],
+            ours["transfer_gb_per_s"][0] / dd["transfer_gb_per_s"][0],
+        ),
+        (
+            "8 MB transfer, wire (GB/s)",
+            ours["transfer_gb_per_s"][1],
+            dd["transfer_gb_per_s"][1],
+            ours["transfer_gb_per_s"][1] / dd["transfer_gb_per_s"][1],
+        ),
     ]
     print(f"{'measure':36} {'ours':>12} {'dask':>12} {'ratio (>1 better)':>18}")
     for label, a, b, ratio in rows:

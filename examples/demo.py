@@ -245,6 +245,31 @@ def print_timings(log: StageLog, total_s: float) -> None:
     print(f"{'total':<12}{n_total:>7}{total_s:>10.3f}")
 
 
+def print_fine_metrics(metrics, total_s: float, nthreads: int) -> None:
+    """Where the worker threads' time went: the seeds' by-function and by-activity views.
+
+    The seconds add up to the run's wall time times the number of threads; lots of
+    thread-noncpu in pure-Python stages is the GIL at work (threads take turns).
+    """
+    import pandas as pd
+
+    from kernel_cluster.diagnostics.fine_metrics import by_activity, by_function
+
+    table = by_function(metrics, "seconds")
+    shown = [c for c in ("thread-cpu", "thread-noncpu", "executor", "other") if c in table]
+    with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 100):
+        print("task execution, by function (seconds)")
+        print(table[[*shown, "total"]].to_string())
+        print()
+        print("task execution, by activity (seconds)")
+        print(by_activity(metrics, "seconds").to_string())
+    seconds = by_activity(metrics, "seconds").sum()
+    print(
+        f"\n{seconds:.2f} thread-seconds measured for {total_s:.2f} s x {nthreads} threads "
+        f"= {total_s * nthreads:.2f} available ({seconds / (total_s * nthreads):.0%})"
+    )
+
+
 def serial_check(result: Partial) -> list[str]:
     """Recompute without the cluster, reducing with a different method; list mismatches.
 
@@ -291,6 +316,8 @@ def main() -> int:
         clean = stage_transform(client, log, tables)
         result = stage_reduce(client, log, clean)
         total_s = time.perf_counter() - start
+        metrics = client.fine_metrics(unit=None)
+        nthreads = client.scheduler_info()["total_nthreads"]
     finally:
         client.close()
 
@@ -298,6 +325,8 @@ def main() -> int:
     print_table(result)
     print()
     print_timings(log, total_s)
+    print()
+    print_fine_metrics(metrics, total_s, nthreads)
     print()
     check_start = time.perf_counter()
     problems = serial_check(result)

@@ -3,11 +3,20 @@
 from .client import Client, get_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
+from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.meter import context_meter
 from .futures import CancelledError, Future, as_completed, wait
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ip) -> None:
+    """``%load_ext kernel_cluster``: the ``%%span`` / ``%span`` magics."""
+    from .jupyter.magics import register
+
+    register(ip)
+
 
 __all__ = [
     "CancelledError",
@@ -19,6 +28,8 @@ __all__ = [
     "__version__",
     "as_completed",
     "context_meter",
+    "get_annotations",
     "get_client",
+    "span",
     "wait",
 ]

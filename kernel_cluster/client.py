@@ -8,6 +8,9 @@ loop iteration, and receives per-key reports back on the loop thread.
 from __future__ import annotations
 
 import itertools
+import linecache
+import os
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -15,6 +18,7 @@ from typing import Any
 
 import cloudpickle
 
+from .core.annotations import current_span
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
     ClientCancelledKeys,
@@ -73,7 +77,14 @@ class Client:
     attaches to one you made. Closing the client stops whatever it started.
     """
 
-    def __init__(self, cluster: KernelCluster | None = None, *, set_as_default: bool = True):
+    def __init__(
+        self,
+        cluster: KernelCluster | None = None,
+        *,
+        set_as_default: bool = True,
+        code_frames: int = 1,
+    ):
+        """``code_frames``: how many frames of your code each span remembers (0: none)."""
         global _current_client
         if cluster is None:
             cluster, owned = _default()
@@ -86,6 +97,7 @@ class Client:
                 f"Client() takes a KernelCluster or nothing, got {type(cluster).__name__}."
             )
         self.cluster = cluster
+        self.code_frames = code_frames
         self._owns_cluster = owned
         self.id = f"Client-{uuid.uuid4().hex[:12]}"
         self.status = "running"
@@ -257,7 +269,7 @@ class Client:
                 {key: spec.dependencies},
                 [key],
                 None,
-                _placement(workers, allow_other_workers),
+                _placement(workers, allow_other_workers, self.code_frames),
             )
             seq = self._enqueue(event)
             return self._future(key, seq)
@@ -319,7 +331,7 @@ class Client:
                 dependencies,
                 list(specs),
                 order,
-                _placement(workers, allow_other_workers),
+                _placement(workers, allow_other_workers, self.code_frames),
             )
             seq = self._enqueue(event)
             return [self._future(k, seq) for k in out_keys]
@@ -346,7 +358,8 @@ class Client:
             {k: _dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
         )
         with self._lock:
-            seq = self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, None))
+            ann = _placement(None, False, self.code_frames)
+            seq = self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, ann))
             states = []
             for k in wanted:  # plain references, not Future objects: released in one go
                 st = self._states.get(k)
@@ -444,13 +457,20 @@ class Client:
         function, activity, unit and value. ``unit=None`` keeps every unit; see
         ``kernel_cluster.diagnostics.fine_metrics`` for the by-function and
         by-activity tables."""
-        from .diagnostics.fine_metrics import to_frame
+        from .diagnostics.fine_metrics import span_frame, to_frame
 
         self._check_running()
-        frame = to_frame(self._diagnostics.fine_metrics(), unit=unit)
-        if span is not None:
-            frame = frame[frame.span == span].reset_index(drop=True)
-        return frame
+        if span is None:
+            return to_frame(self._diagnostics.fine_metrics(), unit=unit)
+        metrics, label = self._diagnostics.span_metrics(span)
+        return span_frame(metrics, label, unit=unit)
+
+    def spans(self) -> Any:
+        """The span tree as plain data: ``.roots``, ``[span_id]``, ``.to_pandas()``."""
+        from .diagnostics.spans import SpanTreeView
+
+        self._check_running()
+        return SpanTreeView(self._diagnostics.spans())
 
     @property
     def _diagnostics(self) -> Any:
@@ -541,12 +561,45 @@ def _dumps_task(key: Key, spec: TaskSpec) -> bytes:
         ) from None
 
 
-def _placement(workers: Iterable[str] | str | None, loose: bool) -> dict | None:
-    if workers is None:
-        return None
-    if isinstance(workers, str):
-        workers = [workers]
-    return {"workers": tuple(workers), "allow_other_workers": loose}
+def _placement(
+    workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1
+) -> dict | None:
+    """A submission's annotations: its span, where it may run, the code that made it."""
+    out: dict[str, Any] = {}
+    current = current_span.get()
+    if current is not None:
+        out["span"] = {"name": current[0], "ids": current[1]}
+    if code_frames:
+        out["code"] = _user_code(code_frames)
+    if workers is not None:
+        if isinstance(workers, str):
+            workers = [workers]
+        out["workers"] = tuple(workers)
+        out["allow_other_workers"] = loose
+    return out or None
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_code_cache: dict[tuple[str, int], tuple] = {}
+
+
+def _user_code(nframes: int) -> tuple:
+    """(filename, line, function, source line) of the user's frames calling us."""
+    frame = sys._getframe(2)
+    out = []
+    while frame is not None and len(out) < nframes:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:
+            where = (filename, frame.f_lineno)
+            entry = _code_cache.get(where)
+            if entry is None:
+                line = linecache.getline(filename, frame.f_lineno).strip()
+                entry = (filename, frame.f_lineno, frame.f_code.co_name, line)
+                if len(_code_cache) < 10_000:
+                    _code_cache[where] = entry
+            out.append(entry)
+        frame = frame.f_back
+    return tuple(out)
 
 
 def _replace_futures(obj: Any, deps: set, client: Client) -> Any:

@@ -156,6 +156,7 @@ class ComputeTask:
     prefix: str
     span_id: str | None
     stimulus_id: str = ""
+    annotation: dict | None = None  # the span's names and ids, for get_annotations()
 
 
 @dataclass(slots=True)

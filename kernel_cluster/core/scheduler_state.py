@@ -47,6 +47,7 @@ from .scheduler_tasks import (
     TaskStateName,
     WorkerRecord,
 )
+from .spans import SpanTree
 
 TransitionHook = Callable[[TaskState, str, str, dict], None]
 
@@ -95,6 +96,7 @@ class SchedulerState:
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         transition_log_length: int = 100_000,
+        spans: SpanTree | None = None,
     ):
         """``worker_saturation``: tasks without inputs sent to a worker per thread before
         the rest wait here (``queued``), so the scheduler can still place work where
@@ -102,6 +104,7 @@ class SchedulerState:
         thread busy that long, judged by the prefix's average duration, so that a
         round trip to a worker process never leaves short tasks' threads idle."""
         self.tasks: dict[Key, TaskState] = {}
+        self.spans = spans if spans is not None else SpanTree(now=lambda: 0.0)
         self.workers: dict[str, WorkerRecord] = {}
         self.clients: dict[str, ClientRecord] = {}
         self.task_prefixes: dict[str, TaskPrefix] = {}
@@ -146,7 +149,8 @@ class SchedulerState:
         gen = self.generation
         client = self._client(ev.client)
         ann = ev.annotations or {}
-        span_id = ann.get("span_id")
+        span = self.spans.observe(ann.get("span"), ev.time, ann.get("code", ()))
+        span_id = span.id
         restrictions = ann.get("workers")
         loose = bool(ann.get("allow_other_workers", False))
         order = ev.order or {}
@@ -206,6 +210,9 @@ class SchedulerState:
         if group is None:
             group = self.task_groups[gkey] = TaskGroup(gkey[0], prefix, span_id)
             prefix.groups.append(group)
+            span = self.spans.spans.get(span_id) if span_id is not None else None
+            if span is not None:
+                span.groups.add(group)
         group.n_live += 1
         group.states["released"] += 1
         ts = TaskState(key, spec, group, priority)
@@ -329,8 +336,13 @@ class SchedulerState:
                 ts.prefix.name,
                 ts.group.span_id,
                 self._stimulus_id,
+                self._span_annotation(ts.group.span_id),
             )
         )
+
+    def _span_annotation(self, span_id: str | None) -> dict | None:
+        span = self.spans.spans.get(span_id) if span_id is not None else None
+        return span.annotation if span is not None else None
 
     def _refill(self, ws: WorkerRecord) -> None:
         """A slot freed on ``ws``: hand it the highest-priority queued task."""
@@ -689,6 +701,7 @@ class SchedulerState:
         self._update_saturation(ws)
         self.workers[ev.address] = ws
         self.total_nthreads += ws.nthreads
+        self.spans.nthreads_changed(ev.time, self.total_nthreads)
         for ts in list(self.unrunnable):
             if ts.worker_restrictions and ev.address in ts.worker_restrictions:
                 self.unrunnable.discard(ts)
@@ -701,6 +714,7 @@ class SchedulerState:
         if ws is None:
             return
         self.total_nthreads -= ws.nthreads
+        self.spans.nthreads_changed(ev.time, self.total_nthreads)
         for ts in sorted(ws.processing):
             ws.processing.discard(ts)
             ts.processing_on = None

@@ -19,6 +19,7 @@ class ComputeRequested:
     prefix: str
     span_id: str | None = None
     stimulus_id: str = ""
+    annotation: dict | None = None
 
 
 @dataclass(slots=True)
@@ -30,7 +31,8 @@ class FreeKeysRequested:
 @dataclass(slots=True)
 class ExecuteSucceeded:
     """``run``: (picked up, finished) on the worker's monotonic clock; ``metrics``:
-    (activity, value, unit) of that run. Both are for the shell's accounting."""
+    (thread-cpu, thread-noncpu, other, [(label, value, unit), ...]) seconds of that run.
+    Both are for the shell's accounting."""
 
     key: Key
     value: Any
@@ -40,7 +42,7 @@ class ExecuteSucceeded:
     thread: int | None = None
     stimulus_id: str = ""
     run: tuple[float, float] | None = None
-    metrics: list[tuple] | None = None
+    metrics: tuple | None = None
 
 
 @dataclass(slots=True)
@@ -53,7 +55,7 @@ class ExecuteFailed:
     thread: int | None = None
     stimulus_id: str = ""
     run: tuple[float, float] | None = None
-    metrics: list[tuple] | None = None
+    metrics: tuple | None = None
 
 
 @dataclass(slots=True)

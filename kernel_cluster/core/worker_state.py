@@ -43,6 +43,7 @@ ACTIVE = frozenset({"waiting", "ready", "executing"})
 
 class WorkerTask:
     __slots__ = (
+        "annotation",
         "cancelled",
         "dependencies",
         "dependents",
@@ -66,6 +67,7 @@ class WorkerTask:
         self.priority: tuple = ()
         self.prefix = ""
         self.span_id: str | None = None
+        self.annotation: dict | None = None
         self.dependencies: set[WorkerTask] = set()
         self.dependents: set[WorkerTask] = set()
         self.waiting_for_data: set[WorkerTask] = set()
@@ -145,6 +147,7 @@ class WorkerState:
         ts.priority = ev.priority
         ts.prefix = ev.prefix
         ts.span_id = ev.span_id
+        ts.annotation = ev.annotation
         ts.startstops = []
         for dep_key, holders in ev.who_has.items():
             dts = self.tasks.get(dep_key)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..engine.cluster import KernelCluster
+from .spans import SpanInfo, snapshot_span
 
 
 class EngineSource:
@@ -14,3 +15,30 @@ class EngineSource:
         scheduler = self.cluster.scheduler
         loop.run(scheduler.refresh_metrics)
         return loop.run(lambda: dict(scheduler.worker_metrics))
+
+    def spans(self) -> list[SpanInfo]:
+        loop = self.cluster.loop_thread
+        tree = self.cluster.scheduler.spans
+        loop.run(self.cluster.scheduler.refresh_metrics)
+        return loop.run(lambda: [snapshot_span(s) for s in tree.spans.values()])
+
+    def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[dict[tuple, float], str]:
+        loop = self.cluster.loop_thread
+        tree = self.cluster.scheduler.spans
+        loop.run(self.cluster.scheduler.refresh_metrics)
+
+        def read() -> tuple[dict[tuple, float], str]:
+            if isinstance(selector, str) and selector in tree.spans:
+                span = tree.spans[selector]
+                return span.cumulative_worker_metrics, " / ".join(span.name)
+            tags = (selector,) if isinstance(selector, str) else tuple(selector)
+            matches = list(tree.find_by_tags(*tags))
+            if not matches:
+                known = sorted({t for name in tree.spans_search_by_name for t in name})
+                raise KeyError(
+                    f"No span has the tag(s) {tags!r}; tags seen so far: {known[:10]!r}."
+                )
+            merged = tree.merge_by_tags(*tags)
+            return merged.cumulative_worker_metrics, " | ".join(tags)
+
+        return loop.run(read)

@@ -36,9 +36,18 @@ def to_frame(metrics: dict[tuple, float], unit: str | None = None) -> pd.DataFra
     )
 
 
+def span_frame(metrics: dict[tuple, float], label: str, unit: str | None = None) -> pd.DataFrame:
+    """Rows like ``to_frame``'s for a span's metrics (keyed without the span id)."""
+    spanned = {("execute", label, k[1], k[2], k[3]): v for k, v in metrics.items()}
+    return to_frame(spanned, unit=unit)
+
+
 def by_function(frame: pd.DataFrame, unit: str = "seconds") -> pd.DataFrame:
-    """Task execution, by function: a row per task prefix, a column per activity."""
-    return _pivot(frame, "execute", unit, index="function")
+    """Task execution, by function: a row per task prefix, a column per activity.
+
+    Idle time belongs to no function: it shows in ``by_activity`` only.
+    """
+    return _pivot(frame[frame.function.notna()], "execute", unit, index="function")
 
 
 def by_activity(frame: pd.DataFrame, unit: str = "seconds", context: str = "execute") -> Any:

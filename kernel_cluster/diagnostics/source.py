@@ -17,3 +17,12 @@ class DiagnosticsSource(Protocol):
         ``("execute", span_id, prefix, activity, unit)``, ``("gather-dep", activity,
         unit)``, ``("get-data", activity, unit)``, ``("memory-monitor", activity, unit)``."""
         ...
+
+    def spans(self) -> list:
+        """Every span as plain data (``SpanInfo``), subtree totals included."""
+        ...
+
+    def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[dict[tuple, float], str]:
+        """Execute metrics of the spans a selector picks (a span id, a tag, or a tuple
+        of tags), merged, keyed ``("execute", prefix, activity, unit)``; and a label."""
+        ...

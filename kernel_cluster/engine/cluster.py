@@ -282,7 +282,8 @@ class KernelCluster:
         try:
             await self._spawn()
         except Exception:
-            logger.exception("Could not restart a worker")
+            if self.status == "running":  # while closing, a failed restart is expected
+                logger.exception("Could not restart a worker")
 
     async def _stop_process(self, wp: _WorkerProcess, timeout: float = 5.0) -> None:
         wp.stopping = True

@@ -29,7 +29,8 @@ def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed
 
     ``spec`` is a TaskSpec, or its cloudpickled bytes when it came from another
     process. The event's ``run`` field says which thread ran it and when (monotonic
-    clock), and ``metrics`` how that time was spent:
+    clock), and ``metrics`` how that time was spent, as (thread-cpu, thread-noncpu,
+    other, [(label, value, unit), ...] for everything else):
 
     - ``thread-cpu``: the thread's CPU time inside the task's own code;
     - ``thread-noncpu``: its wall time there minus CPU time (I/O, sleeping, waiting
@@ -62,8 +63,7 @@ def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed
             text = "".join(tb_module.format_exception(type(exc), exc, tb))
             exc.__traceback__ = tb
             startstops = [("compute", anchor, anchor + (w1 - t_got))]
-            metrics = [("thread-noncpu", max(0.0, w1 - t_got - frame.inner_wall), "seconds")]
-            metrics += digests
+            metrics = (0.0, max(0.0, w1 - t_got - frame.inner_wall), 0.0, digests)
             return ExecuteFailed(
                 key, exc, tb, text, startstops, thread, run=(t_got, wall()), metrics=metrics
             )
@@ -74,9 +74,6 @@ def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed
     thread_cpu = max(0.0, (c1 - c0) - metered_cpu)
     thread_noncpu = max(0.0, (w1 - w0) - metered_wall - thread_cpu)
     other = max(0.0, (t_end - t_got) - (w1 - w0) - inner_wall0)
-    digests.append(("thread-cpu", thread_cpu, "seconds"))
-    digests.append(("thread-noncpu", thread_noncpu, "seconds"))
-    digests.append(("other", other, "seconds"))
     startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
     return ExecuteSucceeded(
         key,
@@ -86,7 +83,7 @@ def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed
         startstops,
         thread,
         run=(t_got, t_end),
-        metrics=digests,
+        metrics=(thread_cpu, thread_noncpu, other, digests),
     )
 
 

@@ -146,6 +146,7 @@ class SchedulerServer:
     async def start(self, address: str = "tcp://127.0.0.1:0") -> None:
         self.listener = await listen(address, self._handle_comm, secret=self.secret)
         self.address = self.listener.address
+        self.scheduler.on_unreachable = self.close_worker_stream
         self._watchdog = asyncio.get_running_loop().create_task(self._watch())
 
     async def _handle_comm(self, comm: Comm) -> None:

@@ -33,6 +33,7 @@ from ..core.scheduler_messages import (
 )
 from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
+from ..core.spans import SpanTree
 from .remote import UnserializableResults
 
 logger = logging.getLogger(__name__)
@@ -60,14 +61,18 @@ class Scheduler:
         allowed_failures: int = 3,
         clock: Callable[[], float] = time.time,
     ):
+        self.spans = SpanTree(now=clock)
+        self.extensions = {"spans": self.spans}  # where the seed finds them
         self.state = SchedulerState(
             worker_saturation=worker_saturation,
             queue_seconds=queue_seconds,
             allowed_failures=allowed_failures,
+            spans=self.spans,
         )
         self.data_source = data_source
         self.clock = clock
         self.worker_channels: dict[str, Channel] = {}
+        self.on_unreachable: Callable[[str], None] | None = None
         # what heartbeats tell: memory, tasks running, last contact, process id
         self.worker_info: dict[str, dict[str, Any]] = {}
         self.client_handlers: dict[str, ReportHandler] = {}
@@ -111,7 +116,15 @@ class Scheduler:
             return
         self.worker_info.pop(address, None)
         logger.info("Removing worker %s: %s", address, reason)
-        self.handle(WorkerRemoved(address, reason, expected, self._stimulus("remove-worker")))
+        self.handle(
+            WorkerRemoved(address, reason, expected, self._stimulus("remove-worker"), self.clock())
+        )
+
+    def drop_unreachable_worker(self, address: str) -> None:
+        """Remove a worker that failed to answer, and cut its stream so that it exits."""
+        if self.on_unreachable is not None:
+            self.on_unreachable(address)
+        self.remove_worker(address, reason="unreachable")
 
     def cancel_everything(self) -> None:
         """Every client's futures are cancelled and every task forgotten (restart)."""
@@ -235,6 +248,7 @@ class Scheduler:
                         "priority": inst.priority,
                         "prefix": inst.prefix,
                         "span_id": inst.span_id,
+                        "annotation": inst.annotation,
                         "stimulus_id": inst.stimulus_id,
                     }
                 )
@@ -302,6 +316,7 @@ class Scheduler:
 
     def add_worker_metrics(self, delta: dict) -> None:
         add_metrics(self.worker_metrics, delta)
+        self.spans.add_metrics(delta)
         cumulative = self.cumulative_worker_metrics
         for key, value in delta.items():
             if key[0] == "execute" and len(key) == 5:
@@ -366,7 +381,9 @@ class Scheduler:
                         ResultUnserializable(key, address, payload, text, "gather", self.clock())
                     )
             except OSError as exc:
+                # a worker that cannot answer is gone: its data will be computed again
                 logger.warning("Could not gather %d keys from %s: %s", len(wkeys), address, exc)
+                self.drop_unreachable_worker(address)
                 data = {}
             out.update(data)
             missing.extend(k for k in wkeys if k not in data)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import cloudpickle
 import psutil
 
+from ..core.annotations import current_span
 from ..core.keys import Key
 from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
 from ..core.worker_messages import (
@@ -182,6 +183,7 @@ class Worker:
                         msg["prefix"],
                         msg["span_id"],
                         msg["stimulus_id"],
+                        msg.get("annotation"),
                     )
                 )
             elif op == "free-keys":
@@ -190,10 +192,11 @@ class Worker:
                 self._learn_clock_offset(msg)
             elif op == "heartbeat-now":
                 self.heartbeat()
-            elif op == "cluster-busy" and self.fine_metrics:
-                self._idle += self.timeline.set_busy(
-                    msg["busy"], time.perf_counter(), self.pool.running
-                )
+            elif op == "cluster-busy":
+                if self.fine_metrics:
+                    self._idle += self.timeline.set_busy(
+                        msg["busy"], time.perf_counter(), self.pool.running
+                    )
             else:
                 logger.warning("Worker %s ignored an unknown message %r", self.address, op)
         self.handle(*events)
@@ -309,19 +312,17 @@ class Worker:
         acc = self._acc.get((span_id, prefix))
         if acc is None:
             acc = self._acc[(span_id, prefix)] = [0.0, 0.0, 0.0, 0.0, 0, 0]
+        thread_cpu, thread_noncpu, other, digests = ev.metrics
+        acc[0] += thread_cpu
+        acc[1] += thread_noncpu
         acc[2] += executor
+        acc[3] += other
         acc[4] += 1
         if type(ev) is ExecuteSucceeded:
             acc[5] += ev.nbytes
-        add = self.metrics.add
-        for label, value, unit in ev.metrics:
-            if label == "thread-cpu":
-                acc[0] += value
-            elif label == "thread-noncpu":
-                acc[1] += value
-            elif label == "other":
-                acc[3] += value
-            else:
+        if digests:
+            add = self.metrics.add
+            for label, value, unit in digests:
                 add(("execute", span_id, prefix, label, unit), value)
 
     def metrics_delta(self) -> dict:
@@ -425,14 +426,21 @@ class Worker:
             inputs = partial(_read_inputs, self.data, [d.key for d in ts.dependencies])
         if self.fine_metrics:
             self._handed[key] = (time.perf_counter(), ts.span_id, ts.prefix)
-        self.pool.submit(self._run, key, ts.spec, inputs)
+        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation)
 
-    def _run(self, key: Key, spec: Any, inputs: dict) -> Any:
+    def _run(self, key: Key, spec: Any, inputs: dict, annotation: dict | None) -> Any:
         """On a task thread: skip a task cancelled while it waited in the pool's queue."""
         ts = self.state.tasks.get(key)
         if ts is None or ts.cancelled or self.state.paused:
             return ExecuteSkipped(key)
-        return self._run_task(key, spec, inputs)
+        if annotation is None:
+            return self._run_task(key, spec, inputs)
+        # inside the task, get_annotations() and new submissions see its span
+        token = current_span.set((tuple(annotation["name"]), tuple(annotation["ids"])))
+        try:
+            return self._run_task(key, spec, inputs)
+        finally:
+            current_span.reset(token)
 
     async def _gather_dep(self, inst: GatherDep) -> None:
         digests: list[tuple] = []

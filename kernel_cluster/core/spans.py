@@ -1,0 +1,291 @@
+"""The span tree: nested labels over groups of tasks, and their metrics.
+
+A plain structure, fed by the scheduler (tasks observed, metrics from
+heartbeats, threads joining and leaving) and read by everybody else. Every
+property of a Span describes its whole subtree, so a parent's numbers are its
+own plus its children's.
+
+Times come in as arguments: the tree reads no clock, except through ``now``,
+which the owner passes in.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+
+from .metrics import add_metrics
+from .scheduler_tasks import ALL_STATES, TaskGroup
+
+DEFAULT = ("default",)
+
+
+class Span:
+    def __init__(
+        self,
+        name: tuple[str, ...],
+        id_: str,
+        parent: Span | None,
+        total_nthreads_history: list[tuple[float, int]],
+        enqueued: float,
+        now: Callable[[], float],
+    ):
+        self.name = name
+        self.id = id_
+        self.parent = parent
+        self.children: list[Span] = []
+        self.groups: set[TaskGroup] = set()
+        self.enqueued = enqueued
+        self.code: list[tuple] = []
+        self._metrics: dict[tuple, float] = {}  # this span's own ("execute", ...) keys
+        self._nthreads_history = total_nthreads_history
+        self._now = now
+
+    def __repr__(self) -> str:
+        return f"Span<name={self.name}, id={self.id}>"
+
+    # -- the tree ----------------------------------------------------------------------------
+
+    def traverse_spans(self) -> Iterator[Span]:
+        """This span and every span below it, top down."""
+        stack = [self]
+        while stack:
+            span = stack.pop()
+            yield span
+            stack.extend(reversed(span.children))
+
+    def traverse_groups(self) -> Iterator[TaskGroup]:
+        for span in self.traverse_spans():
+            yield from span.groups
+
+    @property
+    def annotation(self) -> dict[str, tuple] | None:
+        """The annotation tasks of this span carry: every name and id from the root."""
+        if self.name == DEFAULT and self.parent is None:
+            return None
+        ids = []
+        span: Span | None = self
+        while span is not None:
+            ids.append(span.id)
+            span = span.parent
+        return {"name": self.name, "ids": tuple(reversed(ids))}
+
+    # -- times --------------------------------------------------------------------------------
+
+    @property
+    def start(self) -> float:
+        """When the first task of the subtree started computing; 0 before any did."""
+        starts = [g.start for g in self.traverse_groups() if g.start]
+        return min(starts) if starts else 0.0
+
+    @property
+    def stop(self) -> float:
+        """When the subtree finished computing, or now if it has not."""
+        if not self.done:
+            return self._now()
+        stops = [g.stop for g in self.traverse_groups() if g.stop]
+        return max(stops) if stops else self.enqueued
+
+    @property
+    def duration(self) -> float:
+        """Time spent on every action of every task in the subtree."""
+        return sum(self.all_durations.values())
+
+    @property
+    def all_durations(self) -> dict[str, float]:
+        out: defaultdict[str, float] = defaultdict(float)
+        for g in self.traverse_groups():
+            for action, seconds in g.all_durations.items():
+                out[action] += seconds
+        return dict(out)
+
+    @property
+    def nbytes_total(self) -> int:
+        return sum(g.nbytes_total for g in self.traverse_groups())
+
+    @property
+    def states(self) -> dict[str, int]:
+        out = dict.fromkeys(ALL_STATES, 0)
+        for g in self.traverse_groups():
+            for state, n in g.states.items():
+                out[state] += n
+        return out
+
+    @property
+    def done(self) -> bool:
+        """Every task of the subtree is finished (this can turn false again)."""
+        return all(g.done for g in self.traverse_groups())
+
+    @property
+    def nthreads_intervals(self) -> list[tuple[float, float, int]]:
+        """(begin, end, threads on the cluster) from enqueued to stop."""
+        begin, end = self.enqueued, self.stop
+        out = []
+        history = self._nthreads_history
+        for i, (t, n) in enumerate(history):
+            t_next = history[i + 1][0] if i + 1 < len(history) else end
+            lo, hi = max(t, begin), min(t_next, end)
+            if hi > lo:
+                out.append((lo, hi, n))
+        return out
+
+    @property
+    def active_cpu_seconds(self) -> float:
+        """Thread-seconds the cluster offered while this span was running."""
+        return sum((hi - lo) * n for lo, hi, n in self.nthreads_intervals)
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    @property
+    def cumulative_worker_metrics(self) -> dict[tuple, float]:
+        """``("execute", prefix, activity, unit)`` summed over the subtree, plus ``idle``:
+        the thread-seconds the span had and did not use, so that its seconds add up to
+        ``active_cpu_seconds``."""
+        out: dict[tuple, float] = {}
+        for span in self.traverse_spans():
+            add_metrics(out, span._metrics)
+        used = sum(v for k, v in out.items() if k[-1] == "seconds")
+        idle = self.active_cpu_seconds - used
+        if idle > 0:
+            out[("execute", None, "idle", "seconds")] = (
+                out.get(("execute", None, "idle", "seconds"), 0) + idle
+            )
+        return out
+
+    def add_metrics(self, key: tuple, value: float) -> None:
+        self._metrics[key] = self._metrics.get(key, 0) + value
+
+    # -- merging -------------------------------------------------------------------------------
+
+    @staticmethod
+    def merge(*items: Span) -> MergedSpan:
+        """A synthetic span summing unrelated spans; overlapping time counts once and
+        gaps between them do not count."""
+        if not items:
+            raise ValueError("Span.merge() needs at least one span.")
+        return merge_spans(items, items[0]._now)
+
+
+def _union(intervals: list[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
+    """Sorted (begin, end, n) intervals, trimmed so that no moment is counted twice."""
+    out: list[tuple[float, float, int]] = []
+    covered = float("-inf")
+    for lo, hi, n in intervals:
+        if hi <= covered:
+            continue
+        lo = max(lo, covered)
+        out.append((lo, hi, n))
+        covered = hi
+    return out
+
+
+class MergedSpan(Span):
+    """What ``merge`` returns: gaps between its spans are not counted as active time."""
+
+    _intervals: list[tuple[float, float, int]]
+
+    @property
+    def nthreads_intervals(self) -> list[tuple[float, float, int]]:
+        return self._intervals
+
+    @property
+    def stop(self) -> float:
+        return max(s.stop for s in self.children)
+
+    @property
+    def annotation(self) -> None:
+        return None
+
+
+def merge_spans(items: Iterable[Span], now: Callable[[], float]) -> MergedSpan:
+    items = list(items)
+    if not items:
+        raise ValueError("There is no span to merge: nothing matched.")
+    out = MergedSpan(("(merged)",), "merged", None, [], min(s.enqueued for s in items), now)
+    out.children = items
+    out._intervals = _union(sorted(iv for s in items for iv in s.nthreads_intervals))
+    return out
+
+
+class SpanTree:
+    """All spans of a scheduler, and the ways to look them up."""
+
+    def __init__(self, now: Callable[[], float], code_frames: int = 1):
+        self.spans: dict[str, Span] = {}
+        self.root_spans: list[Span] = []
+        self.spans_search_by_name: defaultdict[tuple[str, ...], list[Span]] = defaultdict(list)
+        self.total_nthreads_history: list[tuple[float, int]] = []
+        self.now = now
+        self.code_frames = code_frames
+        self._default: Span | None = None
+        self._default_counter = 0
+
+    def nthreads_changed(self, time: float, total: int) -> None:
+        self.total_nthreads_history.append((time, total))
+
+    def observe(self, annotation: dict | None, time: float, code: tuple = ()) -> Span:
+        """The span a submission's tasks belong to, creating it (and its parents).
+
+        No annotation: the current default span, or a new one once the last default
+        span has finished all its tasks.
+        """
+        if not annotation:
+            span = self._default
+            if span is None or span.done:
+                self._default_counter += 1
+                span = self._new(DEFAULT, f"default-{self._default_counter}", None, time)
+                self._default = span
+        else:
+            name, ids = tuple(annotation["name"]), tuple(annotation["ids"])
+            if len(name) != len(ids):
+                raise ValueError(f"span annotation {annotation!r}: names and ids differ in length")
+            parent = None
+            for i, span_id in enumerate(ids):
+                span = self.spans.get(span_id)
+                if span is None:
+                    span = self._new(name[: i + 1], span_id, parent, time)
+                parent = span
+        if code and code not in span.code:
+            span.code.append(code)
+        return span
+
+    def _new(self, name: tuple, span_id: str, parent: Span | None, time: float) -> Span:
+        span = Span(name, span_id, parent, self.total_nthreads_history, time, self.now)
+        self.spans[span_id] = span
+        self.spans_search_by_name[name].append(span)
+        if parent is None:
+            self.root_spans.append(span)
+        else:
+            parent.children.append(span)
+        return span
+
+    def add_metrics(self, delta: dict[tuple, float]) -> None:
+        """Worker metrics keyed ("execute", span_id, prefix, activity, unit) go to spans."""
+        for key, value in delta.items():
+            if key[0] != "execute" or len(key) != 5 or key[1] is None:
+                continue
+            span = self.spans.get(key[1])
+            if span is not None:
+                span.add_metrics(("execute", key[2], key[3], key[4]), value)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def find_by_tags(self, *tags: str) -> Iterator[Span]:
+        """Spans with any of ``tags`` in their name; of a matching parent and child, the
+        parent only (it already covers the child)."""
+        wanted = set(tags)
+        for root in self.root_spans:
+            yield from self._find(root, wanted)
+
+    def _find(self, span: Span, wanted: set[str]) -> Iterator[Span]:
+        if wanted & set(span.name):
+            yield span
+            return
+        for child in span.children:
+            yield from self._find(child, wanted)
+
+    def merge_by_tags(self, *tags: str) -> MergedSpan:
+        return merge_spans(self.find_by_tags(*tags), self.now)
+
+    def merge_all(self) -> MergedSpan:
+        return merge_spans(self.root_spans, self.now)

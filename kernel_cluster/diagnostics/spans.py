@@ -1,0 +1,137 @@
+"""``span``: label a part of your code, and every task it submits, with tags.
+
+    with span("Alice's workflow"):
+        with span("data load"):
+            futures = client.map(load, files)
+
+The spans nest: here the tasks belong to ("Alice's workflow", "data load"), and
+the parent span covers them too. Re-entering the same tags makes a new span.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..core.annotations import current_span, get_annotations
+
+__all__ = ["get_annotations", "span"]
+
+
+@contextmanager
+def span(*tags: str) -> Iterator[str]:
+    """Tag every task submitted inside the block; yields the (innermost) span's id.
+
+    ``span("a", "b")`` is ``span("a")`` with ``span("b")`` inside it.
+    """
+    if not tags:
+        raise ValueError("span() needs at least one tag, e.g. span('data load').")
+    for tag in tags:
+        if not isinstance(tag, str) or not tag:
+            raise TypeError(
+                f"span tags must be non-empty strings; got {tag!r} ({type(tag).__name__})."
+            )
+    name, ids = current_span.get() or ((), ())
+    for tag in tags:
+        name = (*name, tag)
+        ids = (*ids, str(uuid.uuid4()))
+    token = current_span.set((name, ids))
+    try:
+        yield ids[-1]
+    finally:
+        current_span.reset(token)
+
+
+# -- reading the span tree: snapshots of plain data -----------------------------------------
+
+
+class SpanInfo:
+    """One span as plain data, with the numbers of its whole subtree."""
+
+    __slots__ = (
+        "active_cpu_seconds",
+        "children",
+        "code",
+        "done",
+        "duration",
+        "enqueued",
+        "id",
+        "metrics",
+        "name",
+        "nbytes_total",
+        "parent",
+        "start",
+        "states",
+        "stop",
+    )
+
+    def __init__(self, **fields):
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+    def __repr__(self) -> str:
+        return f"<Span {' / '.join(self.name)} ({self.id[:8]}) done={self.done}>"
+
+
+class SpanTreeView:
+    """``client.spans()``: every span, nested as on the scheduler."""
+
+    def __init__(self, spans: list[SpanInfo]):
+        self.by_id = {s.id: s for s in spans}
+        self.roots = [s for s in spans if s.parent is None]
+
+    def __iter__(self):
+        return iter(self.by_id.values())
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def __getitem__(self, span_id: str) -> SpanInfo:
+        return self.by_id[span_id]
+
+    def to_pandas(self):
+        """A flat table: one row per span with its subtree's totals."""
+        import pandas as pd
+
+        rows = []
+        for s in self.by_id.values():
+            seconds = sum(v for k, v in s.metrics.items() if k[-1] == "seconds")
+            rows.append(
+                {
+                    "id": s.id,
+                    "name": " / ".join(s.name),
+                    "tags": s.name,
+                    "parent": s.parent,
+                    "enqueued": s.enqueued,
+                    "start": s.start,
+                    "stop": s.stop,
+                    "duration": s.duration,
+                    "active_cpu_seconds": s.active_cpu_seconds,
+                    "metrics_seconds": seconds,
+                    "nbytes_total": s.nbytes_total,
+                    "tasks": sum(s.states.values()),  # forgotten ones included
+                    "done": s.done,
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def snapshot_span(span) -> SpanInfo:
+    """Read a core Span (on the engine's thread) into plain data."""
+    return SpanInfo(
+        id=span.id,
+        name=span.name,
+        parent=span.parent.id if span.parent is not None else None,
+        children=[c.id for c in span.children],
+        enqueued=span.enqueued,
+        start=span.start,
+        stop=span.stop,
+        duration=span.duration,
+        nbytes_total=span.nbytes_total,
+        states=span.states,
+        done=span.done,
+        active_cpu_seconds=span.active_cpu_seconds,
+        metrics=span.cumulative_worker_metrics,
+        code=list(span.code),
+    )

@@ -1,0 +1,62 @@
+"""``%%span`` and ``%span``: put everything a cell submits under a span.
+
+    %load_ext kernel_cluster
+
+    %%span "Alice's workflow" "data load"
+    futures = client.map(load, files)
+
+    %span "data load" -- futures = client.map(load, files)
+
+Tags are read like a shell line (quote tags with spaces). Inside an outer
+``with span(...)`` the cell's span nests under it. An exception in the cell
+closes the span and is raised as usual.
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from ..diagnostics.spans import span
+
+USAGE = "%%span TAG [TAG ...]  (cell)   or   %span TAG [TAG ...] -- statement  (line)"
+
+
+@magics_class
+class SpanMagics(Magics):
+    @line_cell_magic("span")
+    def span_magic(self, line: str, cell: str | None = None) -> Any:
+        if cell is None:
+            if "--" not in line:
+                raise UsageError(f"%span needs a statement after '--'. Usage: {USAGE}")
+            line, cell = line.split("--", 1)
+        try:
+            tags = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"Cannot read the span tags {line!r}: {exc}. Usage: {USAGE}") from None
+        if not tags:
+            raise UsageError(f"%%span needs at least one tag. Usage: {USAGE}")
+        code = self.shell.transform_cell(cell)
+        with span(*tags):
+            return self._run(code)
+
+    def _run(self, code: str) -> Any:
+        """Run like a cell: statements, then the last expression's value is the result."""
+        tree = ast.parse(code)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        ns = self.shell.user_ns
+        if tree.body:
+            exec(compile(tree, "<span cell>", "exec"), ns)
+        if last is not None:
+            expr = ast.Expression(last.value)
+            return eval(compile(expr, "<span cell>", "eval"), ns)
+        return None
+
+
+def register(ip: Any) -> None:
+    """Idempotent: registering the same magics again replaces them."""
+    ip.register_magics(SpanMagics)

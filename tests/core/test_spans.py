@@ -1,0 +1,153 @@
+"""The span tree on its own: no cluster, times given by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_cluster.core.scheduler_tasks import TaskGroup, TaskPrefix
+from kernel_cluster.core.spans import Span, SpanTree
+
+
+def ann(*pairs: tuple[str, str]) -> dict:
+    return {"name": tuple(n for n, _ in pairs), "ids": tuple(i for _, i in pairs)}
+
+
+def group(span: Span, name: str, **states) -> TaskGroup:
+    g = TaskGroup(name, TaskPrefix(name), span.id)
+    for state, n in states.items():
+        g.states[state] = n
+    span.groups.add(g)
+    return g
+
+
+@pytest.fixture
+def tree() -> SpanTree:
+    now = [100.0]
+    t = SpanTree(now=lambda: now[0])
+    t.now_box = now  # type: ignore[attr-defined]
+    t.nthreads_changed(0.0, 4)
+    return t
+
+
+def test_nested_annotation_creates_each_level_once(tree):
+    a = ("Alice's workflow", "a1")
+    load = tree.observe(ann(a, ("data load", "l1")), time=1.0)
+    prep = tree.observe(ann(a, ("ML preprocessing", "p1")), time=2.0)
+    train = tree.observe(ann(a, ("Model training", "t1")), time=3.0)
+    assert sorted(s.name for s in tree.spans.values()) == [
+        ("Alice's workflow",),
+        ("Alice's workflow", "ML preprocessing"),
+        ("Alice's workflow", "Model training"),
+        ("Alice's workflow", "data load"),
+    ]
+    root = tree.spans["a1"]
+    assert tree.root_spans == [root]
+    assert root.children == [load, prep, train]
+    assert load.parent is root and load.enqueued == 1.0 and root.enqueued == 1.0
+    assert load.annotation == ann(a, ("data load", "l1"))
+    assert list(root.traverse_spans()) == [root, load, prep, train]
+
+
+def test_same_tags_twice_are_two_spans(tree):
+    first = tree.observe(ann(("x", "1")), time=0.0)
+    second = tree.observe(ann(("x", "2")), time=0.0)
+    assert first is not second
+    assert tree.spans_search_by_name[("x",)] == [first, second]
+
+
+def test_default_span_stays_open_until_its_tasks_finish(tree):
+    d1 = tree.observe(None, time=0.0)
+    g = group(d1, "inc", processing=2)
+    assert tree.observe(None, time=1.0) is d1
+    g.states["processing"] = 0
+    g.states["memory"] = 2
+    d2 = tree.observe(None, time=2.0)
+    assert d2 is not d1 and d2.name == ("default",)
+    # work recomputed on the old span makes it not done again
+    g.states["waiting"] = 1
+    assert not d1.done
+
+
+def test_subtree_properties_add_children_to_parent(tree):
+    root = tree.observe(ann(("w", "r")), time=0.0)
+    child = tree.observe(ann(("w", "r"), ("load", "c")), time=1.0)
+    g1 = group(root, "a", memory=2)
+    g2 = group(child, "b", memory=3, processing=1)
+    g1.nbytes_total, g2.nbytes_total = 10, 5
+    g1.all_durations["compute"] = 1.5
+    g2.all_durations["compute"] = 0.5
+    g2.all_durations["transfer"] = 0.25
+    g1.start, g1.stop, g2.start, g2.stop = 2.0, 3.0, 1.5, 4.0
+    assert root.states["memory"] == 5 and root.states["processing"] == 1
+    assert root.nbytes_total == 15
+    assert root.all_durations == {"compute": 2.0, "transfer": 0.25}
+    assert root.duration == 2.25
+    assert root.start == 1.5
+    assert not root.done and root.stop == 100.0  # not done: stop is now
+    g2.states["processing"] = 0
+    assert root.done and root.stop == 4.0
+    assert set(root.traverse_groups()) == {g1, g2}
+
+
+def test_metrics_go_to_their_span_and_add_up_the_tree(tree):
+    root = tree.observe(ann(("w", "r")), time=0.0)
+    tree.observe(ann(("w", "r"), ("load", "c")), time=0.0)
+    tree.add_metrics(
+        {
+            ("execute", "r", "f", "thread-cpu", "seconds"): 1.0,
+            ("execute", "c", "g", "thread-cpu", "seconds"): 2.0,
+            ("execute", "c", "g", "tasks", "count"): 3,
+            ("execute", None, None, "idle", "seconds"): 5.0,  # belongs to no span
+            ("gather-dep", "network", "bytes"): 100,
+        }
+    )
+    child = tree.spans["c"]
+    group(root, "f", memory=1).stop = 1.0  # done at t=1: 4 threads x 1 s
+    group(child, "g", memory=1).stop = 1.0
+    assert child.cumulative_worker_metrics[("execute", "g", "tasks", "count")] == 3
+    parent = root.cumulative_worker_metrics
+    assert parent[("execute", "f", "thread-cpu", "seconds")] == 1.0
+    assert parent[("execute", "g", "thread-cpu", "seconds")] == 2.0
+    # the rest of the 4 thread-seconds it was active is the span's idle share
+    assert root.active_cpu_seconds == 4.0
+    seconds = sum(v for k, v in parent.items() if k[-1] == "seconds")
+    assert seconds == pytest.approx(root.active_cpu_seconds)
+
+
+def test_nthreads_intervals_follow_workers_joining_and_leaving(tree):
+    tree.nthreads_changed(2.0, 8)
+    tree.nthreads_changed(3.0, 2)
+    span = tree.observe(ann(("w", "r")), time=1.0)
+    group(span, "f", memory=1).stop = 4.0
+    assert span.nthreads_intervals == [(1.0, 2.0, 4), (2.0, 3.0, 8), (3.0, 4.0, 2)]
+    assert span.active_cpu_seconds == 4 + 8 + 2
+
+
+def test_find_and_merge_by_tags(tree):
+    for user in ("Alice", "Bob"):
+        tree.observe(ann((f"{user}'s workflow", user), ("data load", f"{user}-l")), 0.0)
+        tree.observe(ann((f"{user}'s workflow", user), ("ML preprocessing", f"{user}-p")), 0.0)
+    assert [s.id for s in tree.find_by_tags("Alice's workflow")] == ["Alice"]
+    assert [s.id for s in tree.find_by_tags("data load")] == ["Alice-l", "Bob-l"]
+    # a matching parent covers its children: they are not listed again
+    assert [s.id for s in tree.find_by_tags("Alice's workflow", "data load")] == [
+        "Alice",
+        "Bob-l",
+    ]
+    merged = tree.merge_by_tags("data load")
+    assert [s.id for s in merged.children] == ["Alice-l", "Bob-l"]
+    assert {s.id for s in tree.merge_all().traverse_spans()} >= set(tree.spans)
+    with pytest.raises(ValueError, match="nothing matched"):
+        tree.merge_by_tags("nope")
+
+
+def test_merge_counts_overlapping_time_once_and_skips_gaps(tree):
+    a = tree.observe(ann(("a", "a")), time=0.0)
+    b = tree.observe(ann(("b", "b")), time=1.0)
+    c = tree.observe(ann(("c", "c")), time=10.0)
+    group(a, "x", memory=1).stop = 2.0  # 0..2
+    group(b, "y", memory=1).stop = 3.0  # 1..3, overlaps a
+    group(c, "z", memory=1).stop = 11.0  # 10..11, after a gap
+    merged = Span.merge(a, b, c)
+    assert merged.active_cpu_seconds == 4 * (3.0 + 1.0)
+    assert merged.stop == 11.0
