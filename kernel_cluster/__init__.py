@@ -3,9 +3,11 @@
 from .client import Client, get_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
+from .diagnostics.memory_sampler import MemorySampler
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.meter import context_meter
+from .engine.plugins import SchedulerPlugin
 from .futures import CancelledError, Future, as_completed, wait
 
 __version__ = "0.1.0"
@@ -25,6 +27,8 @@ __all__ = [
     "GraphError",
     "KernelCluster",
     "KilledWorker",
+    "MemorySampler",
+    "SchedulerPlugin",
     "__version__",
     "as_completed",
     "context_meter",

@@ -36,6 +36,8 @@ from .core.spec import (
     pack_results,
     parse_graph,
 )
+from .diagnostics.engine_source import EngineSource
+from .diagnostics.source import set_default_source
 from .engine.cluster import KernelCluster
 from .engine.comm import SerializationError
 from .engine.execute import unpack_exception
@@ -114,8 +116,10 @@ class Client:
         # function or argument that cannot travel fails at submit, naming the task
         self._pickle_tasks = cluster.processes
         self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
+        self._source = EngineSource(cluster)
         if set_as_default:
             _current_client = self
+            set_default_source(self._source)
 
     # -- sending events ---------------------------------------------------------------
 
@@ -465,6 +469,32 @@ class Client:
         metrics, label = self._diagnostics.span_metrics(span)
         return span_frame(metrics, label, unit=unit)
 
+    def register_plugin(self, plugin: Any, name: str | None = None) -> str:
+        """Add a SchedulerPlugin; it is called from the engine's thread. Returns its name."""
+        self._check_running()
+        return self._loop.run(self._scheduler.register_plugin, plugin, name)
+
+    def unregister_plugin(self, name: str) -> None:
+        self._loop.run(self._scheduler.unregister_plugin, name)
+
+    def get_task_stream(self) -> Any:
+        """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of
+        exactly the tasks that ran inside the block."""
+        from .diagnostics.task_stream import TaskStreamRecorder
+
+        self._check_running()
+        return TaskStreamRecorder(self._diagnostics)
+
+    def task_stream(self, start: Any = None, stop: Any = None, count: int | None = None) -> list:
+        """Task stream records of tasks that ended between ``start`` and ``stop``
+        (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them."""
+        from .diagnostics.timewindow import resolve_window
+
+        self._check_running()
+        source = self._diagnostics
+        start_t, stop_t = resolve_window(start, stop, source.now())
+        return source.task_stream(start=start_t, stop=stop_t, count=count)
+
     def spans(self) -> Any:
         """The span tree as plain data: ``.roots``, ``[span_id]``, ``.to_pandas()``."""
         from .diagnostics.spans import SpanTreeView
@@ -473,10 +503,11 @@ class Client:
         return SpanTreeView(self._diagnostics.spans())
 
     @property
-    def _diagnostics(self) -> Any:
-        from .diagnostics.engine_source import EngineSource
+    def diagnostics(self) -> Any:
+        """The read-only DiagnosticsSource every view of this client's cluster reads."""
+        return self._source
 
-        return EngineSource(self.cluster)
+    _diagnostics = diagnostics
 
     def run(self, fn: Callable, workers: list[str] | None = None) -> dict:
         """Call ``fn()`` on every worker, or ``fn(dask_worker=worker)`` if it takes that.
@@ -524,6 +555,7 @@ class Client:
             _run_callback(cb)
         if _current_client is self:
             _current_client = None
+            set_default_source(None)
         if self._owns_cluster:
             self.cluster.close()
 

@@ -49,7 +49,7 @@ from .scheduler_tasks import (
 )
 from .spans import SpanTree
 
-TransitionHook = Callable[[TaskState, str, str, dict], None]
+TransitionHook = Callable[[TaskState, str, str, Any], None]
 
 
 class KilledWorker(RuntimeError):
@@ -787,7 +787,7 @@ class SchedulerState:
         if self.log_transitions:
             self.transition_log.append((ts.key, old, new, self._stimulus_id))
         if self.on_transition is not None:
-            self.on_transition(ts, old, new, {"event": ev})
+            self.on_transition(ts, old, new, ev)
 
     def story(self, *keys: Key) -> list[tuple]:
         """Every logged transition of these keys, oldest first."""

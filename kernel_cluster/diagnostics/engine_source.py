@@ -42,3 +42,51 @@ class EngineSource:
             return merged.cumulative_worker_metrics, " | ".join(tags)
 
         return loop.run(read)
+
+    # -- task stream ------------------------------------------------------------------
+
+    def now(self) -> float:
+        return self.cluster.scheduler.clock()
+
+    def task_stream_index(self) -> int:
+        stream = self.cluster.scheduler.task_stream
+        return self.cluster.loop_thread.run(lambda: stream.index)
+
+    def task_stream_since(self, index: int) -> list[dict]:
+        stream = self.cluster.scheduler.task_stream
+        return self.cluster.loop_thread.run(lambda: _copy(stream.since(index)))
+
+    def task_stream(
+        self, start: float | None = None, stop: float | None = None, count: int | None = None
+    ) -> list[dict]:
+        stream = self.cluster.scheduler.task_stream
+        return self.cluster.loop_thread.run(lambda: _copy(stream.window(start, stop, count)))
+
+    # -- memory -------------------------------------------------------------------------
+
+    def memory(self) -> dict[str, int]:
+        """Cluster memory now: process (each process once), managed, unmanaged, spilled."""
+        scheduler = self.cluster.scheduler
+
+        def read() -> dict[str, int]:
+            rss_by_pid: dict = {}
+            managed = spilled = 0
+            for address, info in scheduler.worker_info.items():
+                rss_by_pid[info.get("pid") or address] = info.get("memory", 0)
+                managed += info.get("managed", 0)
+                spilled += info.get("spilled", 0)
+            process = sum(rss_by_pid.values())
+            return {
+                "process": process,
+                "managed": managed,
+                "unmanaged": max(0, process - managed),
+                "spilled": spilled,
+            }
+
+        self.cluster.loop_thread.run(scheduler.refresh_metrics)
+        return self.cluster.loop_thread.run(read)
+
+
+def _copy(records: list[dict]) -> list[dict]:
+    """Plain copies: readers must not see (or change) the engine's own records."""
+    return [{**r, "startstops": [dict(ss) for ss in r["startstops"]]} for r in records]

@@ -26,3 +26,18 @@ class DiagnosticsSource(Protocol):
         """Execute metrics of the spans a selector picks (a span id, a tag, or a tuple
         of tags), merged, keyed ``("execute", prefix, activity, unit)``; and a label."""
         ...
+
+
+_default_source: DiagnosticsSource | None = None
+
+
+def set_default_source(source: DiagnosticsSource | None) -> None:
+    """The source views use when given no client (the most recent Client sets itself)."""
+    global _default_source
+    _default_source = source
+
+
+def default_source() -> DiagnosticsSource:
+    if _default_source is None:
+        raise ValueError("No client is open; create one with kernel_cluster.Client().")
+    return _default_source

@@ -419,6 +419,7 @@ class KernelCluster:
         if self.server is not None:
             await self.server.stop()
         await self.pool.close()
+        self.scheduler.close()
 
     def __enter__(self) -> KernelCluster:
         return self

@@ -52,7 +52,15 @@ def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed
             if type(spec) is bytes:
                 with context_meter.meter("deserialize"):
                     spec = load_task(key, spec)
-            inputs = data() if callable(data) else data
+                t_loaded = wall()
+            else:
+                t_loaded = t_got
+            if callable(data):  # inputs that may have to come back from disk
+                inputs = data()
+                t_inputs = wall()
+            else:
+                inputs = data
+                t_inputs = t_loaded
             inner_wall0, inner_cpu0 = frame.inner_wall, frame.inner_cpu
             w0, c0 = wall(), cpu()
             value = spec_module.evaluate(spec.expr, inputs)
@@ -75,6 +83,10 @@ def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed
     thread_noncpu = max(0.0, (w1 - w0) - metered_wall - thread_cpu)
     other = max(0.0, (t_end - t_got) - (w1 - w0) - inner_wall0)
     startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
+    if t_loaded > t_got:
+        startstops.append(("deserialize", anchor, anchor + (t_loaded - t_got)))
+    if digests and any(d[0] == "disk-read" for d in digests):
+        startstops.append(("disk-read", anchor + (t_loaded - t_got), anchor + (t_inputs - t_got)))
     return ExecuteSucceeded(
         key,
         value,

@@ -23,6 +23,7 @@ from ..core.scheduler_messages import (
     ComputeTask,
     DependencyUnavailable,
     FreeKeys,
+    GraphSubmitted,
     ReplicasAdded,
     ReportKey,
     ResultUnserializable,
@@ -34,7 +35,9 @@ from ..core.scheduler_messages import (
 from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
+from .plugins import PluginSet, SchedulerPlugin
 from .remote import UnserializableResults
+from .task_stream import TaskStreamPlugin
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,9 @@ class Scheduler:
             spans=self.spans,
         )
         self.data_source = data_source
+        self.plugins = PluginSet()
+        self.task_stream = TaskStreamPlugin()
+        self.register_plugin(self.task_stream)
         self.clock = clock
         self.worker_channels: dict[str, Channel] = {}
         self.on_unreachable: Callable[[str], None] | None = None
@@ -85,6 +91,36 @@ class Scheduler:
         self.worker_metrics: dict[tuple, float] = {}
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+
+    # -- plugins -----------------------------------------------------------------------
+
+    def register_plugin(self, plugin: SchedulerPlugin, name: str | None = None) -> str:
+        name = self.plugins.add(plugin, name)
+        self.plugins.call([plugin], "start", self)
+        self.state.on_transition = self._on_transition if self.plugins.wants_transitions() else None
+        return name
+
+    def unregister_plugin(self, name: str) -> None:
+        if self.plugins.remove(name) is None:
+            raise KeyError(f"No scheduler plugin is registered as {name!r}.")
+        self.state.on_transition = self._on_transition if self.plugins.wants_transitions() else None
+
+    def _on_transition(self, ts: Any, start: str, finish: str, ev: Any) -> None:
+        plugins = self.plugins.for_transition(start, finish)
+        if not plugins:
+            return
+        kw: dict[str, Any] = {"prefix": ts.prefix.name, "span_id": ts.group.span_id}
+        if type(ev) is TaskFinished or type(ev) is TaskErred:
+            kw["worker"] = ev.worker
+            kw["startstops"] = ev.startstops
+            kw["thread"] = ev.thread
+            kw["nbytes"] = getattr(ev, "nbytes", 0)
+        if ev is not None:
+            kw["stimulus_id"] = ev.stimulus_id
+        self.plugins.call(plugins, "transition", ts.key, start, finish, **kw)
+
+    def close(self) -> None:
+        self.plugins.call_all("close")
 
     # -- membership -------------------------------------------------------------------
 
@@ -107,8 +143,13 @@ class Scheduler:
             "executing": 0,
         }
         self.handle(
-            WorkerAdded(address, nthreads, memory_limit, name, self._stimulus("add-worker"))
+            WorkerAdded(
+                address, nthreads, memory_limit, name, self._stimulus("add-worker"), self.clock()
+            )
         )
+        if self.state.busy:  # it joins mid-computation: its free threads are idle
+            channel.send([{"op": "cluster-busy", "busy": True}])
+        self.plugins.call_all("add_worker", self, address)
 
     def remove_worker(self, address: str, reason: str = "", expected: bool = False) -> None:
         """``expected``: the worker was stopped on purpose, so its tasks are not suspects."""
@@ -119,6 +160,7 @@ class Scheduler:
         self.handle(
             WorkerRemoved(address, reason, expected, self._stimulus("remove-worker"), self.clock())
         )
+        self.plugins.call_all("remove_worker", self, address)
 
     def drop_unreachable_worker(self, address: str) -> None:
         """Remove a worker that failed to answer, and cut its stream so that it exits."""
@@ -167,6 +209,8 @@ class Scheduler:
             ev.stimulus_id = sid
             ev.time = now
             self.client_seq[client_id] = seq
+            if type(ev) is GraphSubmitted and len(self.plugins.plugins) > 1:
+                self.plugins.call_all("update_graph", self, client=client_id, keys=ev.wanted)
             self.handle(ev)
 
     def handle_worker_messages(self, address: str, msgs: list[dict]) -> None:
@@ -285,6 +329,8 @@ class Scheduler:
             return
         info["last_seen"] = self.clock()
         info["memory"] = msg.get("memory", 0)
+        info["managed"] = msg.get("managed", 0)
+        info["spilled"] = msg.get("spilled", 0)
         info["executing"] = msg.get("executing", 0)
         metrics = msg.get("metrics")
         if metrics:

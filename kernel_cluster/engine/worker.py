@@ -159,6 +159,7 @@ class Worker:
         self._handed: dict[Key, tuple] = {}  # key -> (handed to pool, span, prefix)
         self._acc: dict[tuple, list] = {}  # (span, prefix) -> _ACC_FIELDS sums
         self._idle = 0.0
+        self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.transfer_incoming_log: list[dict] = []
         self.transfer_outgoing_log: list[dict] = []
         self._closed = False
@@ -223,6 +224,8 @@ class Worker:
                     "op": "heartbeat",
                     "sent": self.clock(),
                     "memory": self._process.memory_info().rss,
+                    "managed": self.managed_bytes(),
+                    "spilled": getattr(self.data, "spilled", 0),
                     "executing": len(self.state.executing),
                     "ready": len(self.state.ready),
                     "metrics": self.metrics_delta(),
@@ -241,6 +244,14 @@ class Worker:
             loop.create_task(self.heartbeat_loop(heartbeat_interval)),
             loop.create_task(self._memory_monitor()),
         ]
+
+    def managed_bytes(self) -> int:
+        """Bytes of the results this worker holds in memory."""
+        data = self.data
+        if isinstance(data, SpillBuffer):
+            return data.memory
+        tasks = self.state.tasks
+        return sum(tasks[k].nbytes for k in data if k in tasks)
 
     def memory_used(self) -> int:
         """What the pause and spill thresholds compare: the process's memory for a worker
@@ -297,6 +308,8 @@ class Worker:
         ts = self.state.tasks.get(key) if key is not None else None
         if ts is not None:
             self.metrics.add(("execute", ts.span_id, ts.prefix, label, unit), value)
+            if label == "disk-write" and unit == "seconds":  # for the task stream
+                self._disk_writes[key] = self._disk_writes.get(key, 0.0) + value
         else:
             self.metrics.add(("memory-monitor", label, unit), value)
 
@@ -361,6 +374,10 @@ class Worker:
             if t is Execute:
                 self._execute(inst.key)
             elif t is SendTaskFinished:
+                if self._disk_writes and inst.key in self._disk_writes:
+                    t1 = self.now()
+                    seconds = self._disk_writes.pop(inst.key)
+                    inst.startstops = [*inst.startstops, ("disk-write", t1 - seconds, t1)]
                 msgs.append(
                     {
                         "op": "task-finished",

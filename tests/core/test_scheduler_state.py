@@ -333,7 +333,7 @@ def test_story_traces_transitions_to_their_stimulus():
 def test_transition_hook_sees_every_change_with_its_event():
     s = Sched(("w", 1))
     seen = []
-    s.s.on_transition = lambda ts, old, new, kw: seen.append((ts.key, old, new, kw["event"]))
+    s.s.on_transition = lambda ts, old, new, ev: seen.append((ts.key, old, new, ev))
     s.submit({"x": ()}, ["x"])
     s.finish("x", "w", startstops=[("compute", 1.0, 2.0)])
     assert [(k, o, n) for k, o, n, _ in seen] == [

@@ -1,0 +1,97 @@
+"""Scheduler plugins: hooks into what the scheduler does, for users and instruments alike.
+
+The task stream is one of these; a user's plugin gets the same calls. A plugin
+that raises is logged and switched off: it can never break the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerPlugin:
+    """Subclass and override what you need; register with ``client.register_plugin``.
+
+    ``transitions``: the (start, finish) pairs this plugin wants ``transition`` calls
+    for; ``None`` (the default) means every transition. Narrowing it keeps the
+    scheduler fast: the hook sits on every task's path.
+    """
+
+    name: str | None = None
+    transitions: ClassVar[frozenset[tuple[str, str]] | None] = None
+
+    def start(self, scheduler: Any) -> None:
+        """Registered with a running scheduler."""
+
+    def update_graph(self, scheduler: Any, *, client: str, keys: list, **kwargs: Any) -> None:
+        """A client submitted tasks; ``keys`` are the ones it wants."""
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        """A task changed state. For tasks that ran, ``kwargs`` has ``worker``,
+        ``startstops``, ``thread``, ``nbytes``, ``prefix`` and ``span_id``."""
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        """A worker joined."""
+
+    def remove_worker(self, scheduler: Any, worker: str) -> None:
+        """A worker left or died."""
+
+    def close(self) -> None:
+        """The scheduler is shutting down."""
+
+
+class PluginSet:
+    """The registered plugins, and safe calls into them."""
+
+    def __init__(self) -> None:
+        self.plugins: dict[str, SchedulerPlugin] = {}
+        self._by_transition: dict[tuple[str, str], list[SchedulerPlugin]] = {}
+        self._everything: list[SchedulerPlugin] = []
+
+    def add(self, plugin: SchedulerPlugin, name: str | None = None) -> str:
+        name = name or plugin.name or f"{type(plugin).__name__}-{id(plugin):x}"
+        if name in self.plugins:
+            self.remove(name)
+        self.plugins[name] = plugin
+        self._index()
+        return name
+
+    def remove(self, name: str) -> SchedulerPlugin | None:
+        plugin = self.plugins.pop(name, None)
+        self._index()
+        return plugin
+
+    def _index(self) -> None:
+        self._everything = [p for p in self.plugins.values() if p.transitions is None]
+        by: dict[tuple[str, str], list[SchedulerPlugin]] = {}
+        for p in self.plugins.values():
+            for pair in p.transitions or ():
+                by.setdefault(pair, []).append(p)
+        self._by_transition = by
+
+    def wants_transitions(self) -> bool:
+        return bool(self._everything or self._by_transition)
+
+    def for_transition(self, start: str, finish: str) -> Iterable[SchedulerPlugin]:
+        targeted = self._by_transition.get((start, finish))
+        if targeted is None:
+            return self._everything
+        return [*self._everything, *targeted] if self._everything else targeted
+
+    def call(self, plugins: Iterable[SchedulerPlugin], method: str, *args: Any, **kw: Any) -> None:
+        for plugin in list(plugins):
+            try:
+                getattr(plugin, method)(*args, **kw)
+            except Exception:
+                name = next((n for n, p in self.plugins.items() if p is plugin), repr(plugin))
+                logger.exception(
+                    "Scheduler plugin %s failed in %s(); it is now disabled", name, method
+                )
+                self.remove(name)
+
+    def call_all(self, method: str, *args: Any, **kw: Any) -> None:
+        self.call(self.plugins.values(), method, *args, **kw)

@@ -1,0 +1,72 @@
+"""The task stream: a record of every task that ran, kept by a scheduler plugin.
+
+Each record says where and when a task ran: key, prefix, span, worker, thread,
+status, bytes, and ``startstops``: (action, start, stop) for compute, transfer
+(with the worker the data came from), disk-read, disk-write and deserialize,
+on the scheduler's clock. The history is bounded; ``index`` only grows, so a
+reader can ask for "everything since record N".
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, ClassVar
+
+from .plugins import SchedulerPlugin
+
+
+class TaskStreamPlugin(SchedulerPlugin):
+    name = "task-stream"
+    transitions: ClassVar = frozenset({("processing", "memory"), ("processing", "erred")})
+
+    def __init__(self, maxlen: int = 100_000):
+        self.buffer: deque[dict] = deque(maxlen=maxlen)
+        self.index = 0  # records ever made; the next one gets this number
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kw: Any) -> None:
+        worker = kw.get("worker")
+        if worker is None:  # erred because an input failed: it never ran
+            return
+        startstops = kw.get("startstops") or []
+        self.buffer.append(
+            {
+                "index": self.index,
+                "key": key,
+                "prefix": kw.get("prefix"),
+                "span_id": kw.get("span_id"),
+                "worker": worker,
+                "thread": kw.get("thread"),
+                "status": "OK" if finish == "memory" else "error",
+                "nbytes": kw.get("nbytes", 0),
+                "startstops": [_startstop(ss) for ss in startstops],
+            }
+        )
+        self.index += 1
+
+    def since(self, index: int) -> list[dict]:
+        """Records numbered ``index`` or later that are still in the history."""
+        if not self.buffer:
+            return []
+        first = self.buffer[0]["index"]
+        skip = max(0, index - first)
+        return [r for i, r in enumerate(self.buffer) if i >= skip]
+
+    def window(self, start: float | None, stop: float | None, count: int | None) -> list[dict]:
+        """Records of tasks that ended in [start, stop]; the last ``count`` of them."""
+        out = []
+        for r in self.buffer:
+            end = max((ss["stop"] for ss in r["startstops"]), default=0.0)
+            if start is not None and end < start:
+                continue
+            if stop is not None and end > stop:
+                continue
+            out.append(r)
+        return out[-count:] if count else out
+
+
+def _startstop(ss: tuple) -> dict:
+    action, start, stop, *rest = ss
+    out = {"action": action, "start": start, "stop": stop}
+    if action == "transfer" and rest:
+        out["source"] = rest[0]
+    return out
