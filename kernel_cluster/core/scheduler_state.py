@@ -523,14 +523,7 @@ class SchedulerState:
             ts.processing_on = None
             self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
         self._set_state(ts, "waiting")
-        for dts in ts.dependencies:
-            dts.waiters.add(ts)
-            if dts.state != "memory":
-                ts.waiting_on.add(dts)
-                if dts.state == "released":
-                    self._compute(dts)
-        if not ts.waiting_on:
-            self._ready.append(ts)
+        self._requeue_waiting(ts)
         if ws is not None:
             self._refill(ws)
 

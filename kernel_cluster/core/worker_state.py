@@ -240,16 +240,23 @@ class WorkerState:
             self.executing.add(ts)
             self._out.append(Execute(ts.key, self._stimulus_id))
 
-    def _handle_execute_succeeded(self, ev: ExecuteSucceeded) -> None:
-        ts = self.tasks.get(ev.key)
+    def _end_execution(self, key: Key) -> WorkerTask | None:
+        """The pool is done with ``key``: the task, unless it was cancelled meanwhile."""
+        ts = self.tasks.get(key)
         if ts is None or ts.state != "executing":
-            return
+            return None
         self.executing.discard(ts)
         if ts.cancelled:
             ts.cancelled = False
             self._set_state(ts, "released")
             self._detach(ts)
             self._forget_if_unused(ts)
+            return None
+        return ts
+
+    def _handle_execute_succeeded(self, ev: ExecuteSucceeded) -> None:
+        ts = self._end_execution(ev.key)
+        if ts is None:
             return
         self.data[ts.key] = ev.value
         ts.nbytes = ev.nbytes
@@ -270,15 +277,8 @@ class WorkerState:
         self._wake_dependents(ts)
 
     def _handle_execute_failed(self, ev: ExecuteFailed) -> None:
-        ts = self.tasks.get(ev.key)
-        if ts is None or ts.state != "executing":
-            return
-        self.executing.discard(ts)
-        if ts.cancelled:
-            ts.cancelled = False
-            self._set_state(ts, "released")
-            self._detach(ts)
-            self._forget_if_unused(ts)
+        ts = self._end_execution(ev.key)
+        if ts is None:
             return
         self._set_state(ts, "error")
         self._out.append(
@@ -296,16 +296,8 @@ class WorkerState:
         self._detach(ts)
 
     def _handle_execute_skipped(self, ev: ExecuteSkipped) -> None:
-        ts = self.tasks.get(ev.key)
-        if ts is None or ts.state != "executing":
-            return
-        self.executing.discard(ts)
-        if ts.cancelled:
-            ts.cancelled = False
-            self._set_state(ts, "released")
-            self._detach(ts)
-            self._forget_if_unused(ts)
-        else:  # re-requested meanwhile, or skipped for a pause: run it later
+        ts = self._end_execution(ev.key)
+        if ts is not None:  # re-requested meanwhile, or skipped for a pause: run it later
             self._make_ready(ts)
 
     def _wake_dependents(self, ts: WorkerTask) -> None:
