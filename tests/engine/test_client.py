@@ -12,7 +12,7 @@ from kernel_cluster.client import Client, get_client
 from kernel_cluster.core.keys import key_split
 from kernel_cluster.futures import Future, as_completed, wait
 
-from .helpers import on_loop, scheduler_keys
+from .helpers import CallLog, blocked_until, on_loop, scheduler_keys
 
 
 def inc(x):
@@ -30,11 +30,6 @@ def add_kw(x, y=0, *, z=0):
 def describe(*args, **kwargs):
     """Echo the arguments as the task received them."""
     return args, kwargs
-
-
-def blocked_until(event: threading.Event, value):
-    assert event.wait(30), "the test never released this task"
-    return value
 
 
 def prefixes(cluster) -> set[str]:
@@ -253,8 +248,8 @@ def test_get_evaluates_nested_tasks_lists_and_dicts(client):
     assert client.get(dsk, "f") == (("not-a-key", ("a", "tuple")), {})
 
 
-def test_get_only_runs_what_the_keys_need(client, cluster):
-    ran = []
+def test_get_only_runs_what_the_keys_need(client, tmp_path):
+    ran = CallLog(tmp_path / "ran")
 
     def record(name):
         ran.append(name)
@@ -262,11 +257,11 @@ def test_get_only_runs_what_the_keys_need(client, cluster):
 
     dsk = {"a": (record, "A"), "b": (record, "B"), "c": (add, "a", "a")}
     assert client.get(dsk, "c") == "AA"
-    assert ran == ["A"]
+    assert ran.read() == ["A"]
 
 
-def test_get_reuses_results_of_futures_held_by_the_client(client):
-    calls = []
+def test_get_reuses_results_of_futures_held_by_the_client(client, tmp_path):
+    calls = CallLog(tmp_path / "calls")
 
     def once(x):
         calls.append(x)
@@ -275,7 +270,7 @@ def test_get_reuses_results_of_futures_held_by_the_client(client):
     f = client.submit(once, 7, key="seven")
     assert f.result() == 7
     assert client.get({"seven": (once, 7), "eight": (inc, "seven")}, "eight") == 8
-    assert calls == [7]
+    assert calls.read() == [7]
 
 
 # -- the future's own API -----------------------------------------------------------

@@ -13,11 +13,18 @@ from kernel_cluster.engine.cluster import KernelCluster
 from kernel_cluster.futures import CancelledError, as_completed, wait
 
 from .helpers import (
+    FileEvent,
     assert_no_new_threads,
+    assert_nothing_left,
+    blocked_until,
     check_engine_state,
+    child_pids,
     held_keys,
     is_idle,
     on_loop,
+    on_workers,
+    running_now,
+    settled,
     wait_for,
 )
 
@@ -26,9 +33,8 @@ def inc(x):
     return x + 1
 
 
-def blocked_until(event: threading.Event, value):
-    assert event.wait(30), "the test never released this task"
-    return value
+def worker_addresses(client: Client) -> list[str]:
+    return list(client.scheduler_info()["workers"])
 
 
 @pytest.fixture
@@ -89,53 +95,62 @@ def test_client_on_a_cluster_leaves_it_running(cluster):
         assert again.submit(inc, 2).result() == 3
 
 
-def test_client_rejects_a_closed_cluster_or_a_wrong_argument():
-    before = set(threading.enumerate())
-    cluster = KernelCluster(n_workers=1, threads_per_worker=1)
+def test_client_rejects_a_closed_cluster_or_a_wrong_argument(processes):
+    before = running_now()
+    cluster = KernelCluster(n_workers=1, threads_per_worker=1, processes=processes)
     cluster.close()
     with pytest.raises(ValueError, match="not running"):
         Client(cluster)
     with pytest.raises(TypeError, match="KernelCluster"):
         Client("tcp://127.0.0.1:8786")
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
-def test_cluster_and_client_as_context_managers():
-    before = set(threading.enumerate())
-    with KernelCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:
+def test_cluster_and_client_as_context_managers(processes):
+    before = running_now()
+    with (
+        KernelCluster(n_workers=2, threads_per_worker=1, processes=processes) as cluster,
+        Client(cluster) as client,
+    ):
         assert client.gather(client.map(inc, range(100))) == list(range(1, 101))
     assert client.status == "closed"
     assert cluster.status == "closed"
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
-def test_close_is_idempotent_in_either_order():
-    before = set(threading.enumerate())
-    cluster = KernelCluster(n_workers=1, threads_per_worker=1)
+def test_close_is_idempotent_in_either_order(processes):
+    before = running_now()
+    cluster = KernelCluster(n_workers=1, threads_per_worker=1, processes=processes)
     client = Client(cluster)
     assert client.submit(inc, 1).result() == 2
     cluster.close()  # the cluster first: the client must still close cleanly
     client.close()
     client.close()
     cluster.close()
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
-def test_a_second_cluster_in_the_same_process():
-    before = set(threading.enumerate())
-    with KernelCluster(n_workers=1, threads_per_worker=2) as first, Client(first) as c1:
+def test_a_second_cluster_in_the_same_process(processes):
+    before = running_now()
+    with (
+        KernelCluster(n_workers=1, threads_per_worker=2, processes=processes) as first,
+        Client(first) as c1,
+    ):
         assert c1.submit(inc, 1).result() == 2
-    with KernelCluster(n_workers=2, threads_per_worker=1) as second, Client(second) as c2:
+    with (
+        KernelCluster(n_workers=2, threads_per_worker=1, processes=processes) as second,
+        Client(second) as c2,
+    ):
         assert second.name != first.name
         assert c2.gather(c2.map(inc, range(1_000))) == list(range(1, 1_001))
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
-def test_two_clusters_side_by_side():
-    before = set(threading.enumerate())
+def test_two_clusters_side_by_side(processes):
+    before = running_now()
     with (
-        KernelCluster(n_workers=1, threads_per_worker=1) as a,
-        KernelCluster(n_workers=1, threads_per_worker=1) as b,
+        KernelCluster(n_workers=1, threads_per_worker=1, processes=processes) as a,
+        KernelCluster(n_workers=1, threads_per_worker=1, processes=processes) as b,
         Client(a, set_as_default=False) as ca,
         Client(b, set_as_default=False) as cb,
     ):
@@ -145,7 +160,7 @@ def test_two_clusters_side_by_side():
         with pytest.raises(ValueError, match="another cluster"):
             cb.submit(inc, fa)
         del fa, fb
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
 # -- a closed client ----------------------------------------------------------------------
@@ -177,16 +192,19 @@ def test_a_closed_client_refuses_work_and_cancels_its_pending_futures(cluster, n
 # -- scaling ------------------------------------------------------------------------------
 
 
-def test_scale_up_adds_workers_that_take_queued_work():
-    before = set(threading.enumerate())
-    event, started = threading.Event(), threading.Event()
+def test_scale_up_adds_workers_that_take_queued_work(processes, tmp_path):
+    before = running_now()
+    event, started = FileEvent(tmp_path / "release"), FileEvent(tmp_path / "started")
 
     def blocker_task():
         started.set()
         assert event.wait(30)
         return "blocker"
 
-    with KernelCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as client:
+    with (
+        KernelCluster(n_workers=1, threads_per_worker=1, processes=processes) as cluster,
+        Client(cluster) as client,
+    ):
         try:
             blocker = client.submit(blocker_task)
             assert started.wait(10)
@@ -195,7 +213,8 @@ def test_scale_up_adds_workers_that_take_queued_work():
             with pytest.raises(TimeoutError):
                 wait(others, timeout=0.1, return_when="FIRST_COMPLETED")
             cluster.scale(3)
-            assert len(cluster.workers) == 3
+            assert cluster.n_workers == 3
+            assert len(worker_addresses(client)) == 3
             assert on_loop(cluster, lambda: cluster.scheduler.state.total_nthreads) == 3
             first = next(as_completed(others).iter(timeout=10))
             assert first.result() in range(1, 21)
@@ -205,12 +224,19 @@ def test_scale_up_adds_workers_that_take_queued_work():
         assert blocker.result(timeout=10) == "blocker"
         assert client.gather(others) == list(range(1, 21))
         check_engine_state(cluster)
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
-def test_scale_down_keeps_results_and_stops_threads():
-    before = set(threading.enumerate())
-    with KernelCluster(n_workers=3, threads_per_worker=2) as cluster, Client(cluster) as client:
+def worker_name(dask_worker) -> str:
+    return dask_worker.name
+
+
+def test_scale_down_keeps_results_and_stops_threads(processes):
+    before = running_now()
+    with (
+        KernelCluster(n_workers=3, threads_per_worker=2, processes=processes) as cluster,
+        Client(cluster) as client,
+    ):
         fs = client.map(inc, range(300))
         assert client.gather(fs) == list(range(1, 301))
         spread = on_loop(
@@ -219,34 +245,43 @@ def test_scale_down_keeps_results_and_stops_threads():
         )
         assert len(spread) > 1
         cluster.scale(1)
-        assert len(cluster.workers) == 1
+        assert cluster.n_workers == 1
+        assert len(worker_addresses(client)) == 1
         assert on_loop(cluster, lambda: len(cluster.scheduler.state.workers)) == 1
         # results held by the stopped workers are computed again
         assert client.gather(fs) == list(range(1, 301))
-        assert held_keys(cluster) == {f.key for f in fs}
+        settled(cluster, lambda: held_keys(cluster), {f.key for f in fs}, "values held")
         assert client.gather(client.map(inc, range(300, 400))) == list(range(301, 401))
         check_engine_state(cluster)
-        # the stopped workers' task threads have ended; the survivor's still run
-        (survivor,) = cluster.workers.values()
-        expected = {cluster.loop_thread.thread, *survivor.pool.threads}
-        assert set(threading.enumerate()) - before == expected
+        # the stopped workers' threads (or processes) have ended; the survivor's run
+        (survivor,) = on_workers(cluster, worker_name).values()
+        new_threads = set(threading.enumerate()) - before[0] - {cluster.loop_thread.thread}
+        if processes:
+            assert len(child_pids() - before[1]) == 1
+        else:
+            names = sorted(t.name for t in new_threads)
+            assert sum(name.startswith(f"{survivor}-task-") for name in names) == 2, names
+            assert all(name.startswith(f"{survivor}-") for name in names), names
         cluster.scale(2)
         assert client.gather(client.map(inc, range(10))) == list(range(1, 11))
         del fs
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
-def test_scale_down_while_a_task_runs_on_the_stopped_worker():
-    event, started = threading.Event(), threading.Event()
+def test_scale_down_while_a_task_runs_on_the_stopped_worker(processes, tmp_path):
+    event, started = FileEvent(tmp_path / "release"), FileEvent(tmp_path / "started")
 
     def slow(x):
         started.set()
         assert event.wait(30)
         return x
 
-    before = set(threading.enumerate())
-    with KernelCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:
-        last = list(cluster.workers)[-1]
+    before = running_now()
+    with (
+        KernelCluster(n_workers=2, threads_per_worker=1, processes=processes) as cluster,
+        Client(cluster) as client,
+    ):
+        last = stopped_first_by_scale(cluster)
         f = client.submit(slow, 5, workers=[last], allow_other_workers=True)
         stopper = threading.Thread(target=cluster.scale, args=(1,))
         try:
@@ -262,13 +297,21 @@ def test_scale_down_while_a_task_runs_on_the_stopped_worker():
                 stopper.join(30)
         assert not stopper.is_alive()
         assert f.result(timeout=10) == 5
-        assert list(cluster.workers) != [last]
-    assert_no_new_threads(before)
+        assert worker_addresses(client) != [last]
+    assert_nothing_left(before)
 
 
-def test_scale_to_zero_queues_work_until_workers_return():
-    before = set(threading.enumerate())
-    with KernelCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as client:
+def stopped_first_by_scale(cluster: KernelCluster) -> str:
+    """The worker that ``scale(n - 1)`` stops: the last one the cluster lists."""
+    return list(cluster.worker_pids() if cluster.processes else cluster.workers)[-1]
+
+
+def test_scale_to_zero_queues_work_until_workers_return(processes):
+    before = running_now()
+    with (
+        KernelCluster(n_workers=1, threads_per_worker=1, processes=processes) as cluster,
+        Client(cluster) as client,
+    ):
         cluster.scale(0)
         fs = client.map(inc, range(10))
         with pytest.raises(TimeoutError):
@@ -277,13 +320,13 @@ def test_scale_to_zero_queues_work_until_workers_return():
         assert client.gather(fs) == list(range(1, 11))
         with pytest.raises(ValueError):
             cluster.scale(-1)
-    assert_no_new_threads(before)
+    assert_nothing_left(before)
 
 
-def test_closing_the_cluster_under_a_client_ends_its_futures():
-    before = set(threading.enumerate())
-    event = threading.Event()
-    cluster = KernelCluster(n_workers=1, threads_per_worker=1)
+def test_closing_the_cluster_under_a_client_ends_its_futures(processes, tmp_path):
+    before = running_now()
+    event = FileEvent(tmp_path / "release")
+    cluster = KernelCluster(n_workers=1, threads_per_worker=1, processes=processes)
     client = Client(cluster)
     closer = threading.Thread(target=cluster.close)
     try:
@@ -306,4 +349,4 @@ def test_closing_the_cluster_under_a_client_ends_its_futures():
     with pytest.raises(RuntimeError, match="closed"):
         client.get({"a": (inc, 1)}, "a")
     client.close()
-    assert_no_new_threads(before)
+    assert_nothing_left(before)

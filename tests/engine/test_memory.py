@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import gc
-import threading
 
 from kernel_cluster.client import Client
 
-from .helpers import held_keys, is_idle, keys_in_memory, on_loop, scheduler_keys, wait_for
+from .helpers import (
+    held_keys,
+    is_idle,
+    keys_in_memory,
+    on_loop,
+    on_workers,
+    scheduler_keys,
+    settled,
+    wait_for,
+)
 
 
 def inc(x):
@@ -49,7 +57,7 @@ def test_one_released_future_among_many(client, cluster):
     key = b.key
     del b
     wait_for(lambda: key not in scheduler_keys(cluster), what="b to be forgotten")
-    assert held_keys(cluster) == {a.key, c.key}
+    settled(cluster, lambda: held_keys(cluster), {a.key, c.key}, "values held")
 
 
 def test_data_lives_while_any_future_for_its_key_does(client, cluster):
@@ -75,40 +83,39 @@ def test_get_leaves_nothing_behind(client, cluster):
     wait_for(lambda: engine_is_empty(cluster), what="get() to release its keys")
 
 
+def count_values_held(dask_worker):
+    """Record the most values this worker holds at once, from now on."""
+    state = dask_worker.state
+    original = state.on_transition
+    dask_worker.test_peak = len(dask_worker.data)
+
+    def hook(ts, old, new):
+        dask_worker.test_peak = max(dask_worker.test_peak, len(dask_worker.data))
+        if original is not None:
+            original(ts, old, new)
+
+    state.on_transition = hook
+    dask_worker.test_original_hook = original
+
+
+def stop_counting(dask_worker) -> int:
+    dask_worker.state.on_transition = dask_worker.test_original_hook
+    return dask_worker.test_peak
+
+
 def test_chain_intermediates_are_freed_while_it_runs(client, cluster):
     n = 300
     dsk = {("link", 0): (payload, 0)}
     for i in range(1, n):
         dsk[("link", i)] = (concat, ("link", i - 1), ("link", i - 1))
-    peak = 0
-
-    def count_held(ts, old, new):
-        nonlocal peak
-        peak = max(peak, sum(len(w.data) for w in cluster.workers.values()))
-
-    originals = {address: w.state.on_transition for address, w in cluster.workers.items()}
-
-    def install(counting: bool) -> None:
-        for address, worker in cluster.workers.items():
-            original = originals[address]
-            if not counting:
-                worker.state.on_transition = original
-                continue
-
-            def hook(ts, old, new, original=original):
-                count_held(ts, old, new)
-                if original is not None:
-                    original(ts, old, new)
-
-            worker.state.on_transition = hook
-
-    on_loop(cluster, lambda: install(True))
+    on_workers(cluster, count_values_held)
     try:
         assert len(client.get(dsk, ("link", n - 1))) == 200
     finally:
-        on_loop(cluster, lambda: install(False))
+        peaks = on_workers(cluster, stop_counting)
     # a link is needed only until the next has run: a couple are ever held at once
-    assert 1 <= peak <= 4, peak
+    # (the sum of each worker's peak bounds the peak of the sum)
+    assert 1 <= sum(peaks.values()) <= 4, peaks
     wait_for(lambda: engine_is_empty(cluster))
 
 
@@ -120,7 +127,7 @@ def test_intermediates_of_held_futures_are_freed(client, cluster):
     del pairs
     assert final.result() == 32 * 200
     # only the result the user still holds keeps its data
-    assert held_keys(cluster) == {final.key}
+    settled(cluster, lambda: held_keys(cluster), {final.key}, "values held")
     assert keys_in_memory(cluster) == {final.key}
     del final
     wait_for(lambda: engine_is_empty(cluster))
@@ -154,8 +161,7 @@ def test_a_key_two_clients_hold_lives_until_both_let_go(client, cluster):
 
 
 def test_released_while_running_is_dropped_when_it_finishes(client, cluster, new_event):
-    event = new_event()
-    started = threading.Event()
+    event, started = new_event(), new_event()
 
     def blocked():
         started.set()
