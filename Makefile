@@ -8,15 +8,50 @@ STAMP := $(VENV)/.installed-stamp
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 
-.PHONY: demo test lint bench bench-processes venv clean
+# Front-end: npm workspace (widgets/, ui-tests/), bundles for the Python package,
+# and Debian's Chromium for the browser tests.
+NPM_STAMP := node_modules/.installed-stamp
+STATIC := kernel_cluster/jupyter/static
+BUNDLES := $(STATIC)/widget.js $(STATIC)/report.js $(STATIC)/widget.css
+WIDGET_SOURCES := $(wildcard widgets/src/*) widgets/build.mjs widgets/package.json
+CHROMIUM := /usr/bin/chromium
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+.PHONY: demo test lint bench bench-processes venv clean bundles chromium test-js test-ui lab
+
+# SKIP_JUPYTER_BUILDER: the bundles are built below with npm, not by pip's build hook
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) bundles
+
+$(NPM_STAMP): package.json package-lock.json widgets/package.json ui-tests/package.json
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+	touch $(NPM_STAMP)
+
+$(BUNDLES) &: $(NPM_STAMP) $(WIDGET_SOURCES)
+	npm run build
+
+bundles: $(BUNDLES)
+
+chromium:
+	@test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
+# vitest (renderers against a mock model) and the TypeScript type check
+test-js: $(NPM_STAMP)
+	npm run typecheck
+	npm test
+
+# a performance report offline, and the widgets in JupyterLab, in headless Chromium
+test-ui: $(STAMP) bundles chromium
+	cd ui-tests && npx --no-install playwright test
+
+# JupyterLab on the example notebook, with everything it needs installed
+lab: $(STAMP) bundles
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) examples/dashboard.ipynb
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
@@ -25,7 +60,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-test: lint
+test: lint bundles test-js test-ui
 	$(PY) -m pytest
 
 # Benchmarks compare against Dask, which only the benchmark environment has.
@@ -42,4 +77,4 @@ bench-processes: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/processes.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV)
+	rm -rf $(VENV) $(BENCH_VENV) node_modules $(STATIC)

@@ -4,6 +4,7 @@ from .client import Client, get_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
 from .diagnostics.memory_sampler import MemorySampler
+from .diagnostics.report import performance_report
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.meter import context_meter
@@ -34,6 +35,7 @@ __all__ = [
     "context_meter",
     "get_annotations",
     "get_client",
+    "performance_report",
     "span",
     "wait",
 ]

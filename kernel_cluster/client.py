@@ -495,6 +495,40 @@ class Client:
         start_t, stop_t = resolve_window(start, stop, source.now())
         return source.task_stream(start=start_t, stop=stop_t, count=count)
 
+    def profile(
+        self,
+        start: Any = None,
+        stop: Any = None,
+        key: Any = None,
+        prefix: str | None = None,
+        workers: Any = None,
+        filename: Any = None,
+    ) -> dict:
+        """The workers' statistical profile, merged: a count tree ``{"description",
+        "count", "own", "identifier", "children"}``. ``start`` / ``stop``: timestamps or
+        durations ago (``"10s"``); ``key`` / ``prefix``: one task prefix; ``workers``:
+        addresses or names; ``filename``: also write an HTML flame graph there."""
+        from .diagnostics.profile import profile
+
+        self._check_running()
+        return profile(self._diagnostics, start, stop, key, prefix, workers, filename)
+
+    def profile_metadata(self, start: Any = None, stop: Any = None, workers: Any = None) -> dict:
+        """Profile samples over time, in total and per task prefix (for a timeline):
+        ``{"counts": [(time, n)], "keys": {prefix: [(time, n)]}}``."""
+        from .diagnostics.profile import profile_metadata
+
+        self._check_running()
+        return profile_metadata(self._diagnostics, start, stop, workers)
+
+    def dashboard(self, **kwargs: Any) -> Any:
+        """Live widgets for a notebook: progress per task prefix, the span tree and
+        the fine metrics panels in one view (``kernel_cluster.jupyter.widgets``)."""
+        from .jupyter.widgets import dashboard
+
+        self._check_running()
+        return dashboard(self, **kwargs)
+
     def spans(self) -> Any:
         """The span tree as plain data: ``.roots``, ``[span_id]``, ``.to_pandas()``."""
         from .diagnostics.spans import SpanTreeView

@@ -32,6 +32,18 @@ def main(argv: list[str] | None = None) -> int:
         "--no-fine-metrics", action="store_true", help="do not collect fine performance metrics"
     )
     parser.add_argument(
+        "--no-profile", action="store_true", help="do not run the statistical profiler"
+    )
+    parser.add_argument(
+        "--profile-interval", type=float, default=0.01, help="seconds between stack samples"
+    )
+    parser.add_argument(
+        "--profile-cycle-interval",
+        type=float,
+        default=1.0,
+        help="seconds of samples per entry of the profile's history",
+    )
+    parser.add_argument(
         "--token-file", help=f"file holding the cluster's secret (default: ${TOKEN_ENV})"
     )
     args = parser.parse_args(argv)
@@ -61,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                 heartbeat_interval=args.heartbeat_interval,
                 local_directory=args.local_directory,
                 fine_metrics=not args.no_fine_metrics,
+                profile=not args.no_profile,
+                profile_interval=args.profile_interval,
+                profile_cycle_interval=args.profile_cycle_interval,
             )
         )
     except KeyboardInterrupt:

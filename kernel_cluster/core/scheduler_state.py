@@ -85,7 +85,10 @@ class LostDependency(RuntimeError):
 
 
 _priority = attrgetter("priority")
-_NO_INPUTS: dict = {}  # shared by every task without inputs; never mutated
+_NO_INPUTS: dict = {}
+MAX_EXTRA_SLOTS = (
+    32  # per thread; see _extra_slots  # shared by every task without inputs; never mutated
+)
 
 
 class SchedulerState:
@@ -300,11 +303,16 @@ class SchedulerState:
         return best
 
     def _extra_slots(self, ts: TaskState) -> int:
-        """Extra tasks per thread that ``queue_seconds`` of this prefix's work amounts to."""
+        """Extra tasks per thread that ``queue_seconds`` of this prefix's work amounts to.
+
+        Capped: enough to cover a round trip to a worker process for the tiniest tasks,
+        few enough that root tasks cannot run far ahead of the reductions that consume
+        them (each one in flight may become a result held in memory).
+        """
         avg = ts.prefix.duration_average
         if avg is None or math.isinf(self.worker_saturation):
             return 0
-        return min(int(self.queue_seconds / max(avg, 1e-6)), 1 << 20)
+        return min(int(self.queue_seconds / max(avg, 1e-6)), MAX_EXTRA_SLOTS)
 
     def _queue(self, ts: TaskState) -> None:
         self._set_state(ts, "queued")

@@ -10,17 +10,30 @@ class EngineSource:
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
 
-    def fine_metrics(self) -> dict[tuple, float]:
+    def fine_metrics(self, refresh: bool = True) -> dict[tuple, float]:
         loop = self.cluster.loop_thread
         scheduler = self.cluster.scheduler
-        loop.run(scheduler.refresh_metrics)
+        if refresh:
+            loop.run(scheduler.refresh_metrics)
         return loop.run(lambda: dict(scheduler.worker_metrics))
 
-    def spans(self) -> list[SpanInfo]:
+    def spans(self, refresh: bool = True) -> list[SpanInfo]:
         loop = self.cluster.loop_thread
         tree = self.cluster.scheduler.spans
-        loop.run(self.cluster.scheduler.refresh_metrics)
+        if refresh:
+            loop.run(self.cluster.scheduler.refresh_metrics)
         return loop.run(lambda: [snapshot_span(s) for s in tree.spans.values()])
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Task state counts per task prefix, read on the engine's loop."""
+        prefixes = self.cluster.scheduler.state.task_prefixes
+        return self.cluster.loop_thread.run(
+            lambda: {name: dict(p.states) for name, p in prefixes.items()}
+        )
+
+    def info(self) -> dict:
+        """Workers and thread counts (``Client.scheduler_info``'s shape)."""
+        return self.cluster.loop_thread.run(self.cluster.scheduler.scheduler_info)
 
     def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[dict[tuple, float], str]:
         loop = self.cluster.loop_thread
@@ -85,6 +98,39 @@ class EngineSource:
 
         self.cluster.loop_thread.run(scheduler.refresh_metrics)
         return self.cluster.loop_thread.run(read)
+
+    # -- statistical profiles -------------------------------------------------------------
+
+    def profiles(
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        prefix: str | None = None,
+        workers: list[str] | None = None,
+    ) -> dict[str, list]:
+        """Each worker's profile over the window, as ``core.profile.to_flat`` rows."""
+        from functools import partial
+
+        from ..engine.profiler import read_profile
+
+        fn = partial(read_profile, start=start, stop=stop, prefix=prefix)
+        scheduler = self.cluster.scheduler
+        return self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
+
+    def profile_metadata(
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        workers: list[str] | None = None,
+    ) -> dict[str, dict]:
+        """Each worker's samples per profile cycle (``ProfileLog.metadata``)."""
+        from functools import partial
+
+        from ..engine.profiler import read_profile_metadata
+
+        fn = partial(read_profile_metadata, start=start, stop=stop)
+        scheduler = self.cluster.scheduler
+        return self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
 
 
 def _copy(records: list[dict]) -> list[dict]:

@@ -12,19 +12,53 @@ from typing import Protocol
 
 
 class DiagnosticsSource(Protocol):
-    def fine_metrics(self) -> dict[tuple, float]:
+    def fine_metrics(self, refresh: bool = True) -> dict[tuple, float]:
         """Every worker metric summed so far, as workers key them:
         ``("execute", span_id, prefix, activity, unit)``, ``("gather-dep", activity,
-        unit)``, ``("get-data", activity, unit)``, ``("memory-monitor", activity, unit)``."""
+        unit)``, ``("get-data", activity, unit)``, ``("memory-monitor", activity, unit)``.
+
+        ``refresh=False`` skips asking the workers for their latest numbers first:
+        cheaper, and up to one heartbeat old (what live views poll with)."""
         ...
 
-    def spans(self) -> list:
+    def spans(self, refresh: bool = True) -> list:
         """Every span as plain data (``SpanInfo``), subtree totals included."""
+        ...
+
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Task state counts per task prefix: ``{"inc": {"memory": 8, "processing": 2,
+        ...}}``, every state of ``ALL_STATES`` present."""
+        ...
+
+    def info(self) -> dict:
+        """Workers and threads: ``{"workers": {address: {...}}, "total_nthreads": n}``."""
         ...
 
     def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[dict[tuple, float], str]:
         """Execute metrics of the spans a selector picks (a span id, a tag, or a tuple
         of tags), merged, keyed ``("execute", prefix, activity, unit)``; and a label."""
+        ...
+
+    def profiles(
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        prefix: str | None = None,
+        workers: list[str] | None = None,
+    ) -> dict[str, list]:
+        """Each worker's statistical profile over ``[start, stop]`` (scheduler times,
+        None: open), for one task prefix or all, as ``core.profile.to_flat`` rows by
+        worker address; ``workers``: addresses, None for all."""
+        ...
+
+    def profile_metadata(
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        workers: list[str] | None = None,
+    ) -> dict[str, dict]:
+        """Each worker's samples per profile cycle: ``{"counts": [(time, n)], "keys":
+        {prefix: [(time, n)]}, "cycle_interval": seconds}`` by worker address."""
         ...
 
 

@@ -144,6 +144,9 @@ class KernelCluster:
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
         fine_metrics: bool = True,
+        profile: bool = True,
+        profile_interval: float = 0.01,
+        profile_cycle_interval: float = 1.0,
     ):
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
@@ -160,6 +163,16 @@ class KernelCluster:
         self.processes = processes
         self.heartbeat_interval = heartbeat_interval
         self.fine_metrics = fine_metrics  # False: measure the cost of measuring
+        for what, seconds in [
+            ("profile_interval", profile_interval),
+            ("profile_cycle_interval", profile_cycle_interval),
+        ]:
+            if not isinstance(seconds, int | float) or not seconds > 0:
+                raise ValueError(f"{what} must be a positive number of seconds, got {seconds!r}.")
+        # the statistical profiler: how often workers sample, and how long a history entry is
+        self.profile = profile
+        self.profile_interval = float(profile_interval)
+        self.profile_cycle_interval = float(profile_cycle_interval)
         self.worker_start_timeout = worker_start_timeout
         self.status = "starting"
         self._lock = threading.Lock()
@@ -238,6 +251,11 @@ class KernelCluster:
             "--local-directory",
             os.path.join(self.local_directory, name),
             *([] if self.fine_metrics else ["--no-fine-metrics"]),
+            "--profile-interval",
+            repr(self.profile_interval),
+            "--profile-cycle-interval",
+            repr(self.profile_cycle_interval),
+            *([] if self.profile else ["--no-profile"]),
             env=env,
             stdin=subprocess.DEVNULL,
         )
@@ -319,6 +337,9 @@ class KernelCluster:
             clock=time.time,
             local_directory=os.path.join(self.local_directory, f"worker-{i}"),
             fine_metrics=self.fine_metrics,
+            profile=self.profile,
+            profile_interval=self.profile_interval,
+            profile_cycle_interval=self.profile_cycle_interval,
         )
         scheduler = self.scheduler
         worker.connect(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, MutableMapping
@@ -42,6 +43,7 @@ from .comm import SerializationError, check_serializable
 from .execute import pack_exception, run_task, run_task_unmetered
 from .meter import context_meter
 from .pool import TaskThreadPool
+from .profiler import Profiler
 from .remote import UnserializableResults
 from .spill import SpillBuffer
 
@@ -120,6 +122,9 @@ class Worker:
         memory_spill_fraction: float = 0.7,
         memory_pause_fraction: float = 0.8,
         memory_monitor_interval: float = 0.1,
+        profile: bool = True,
+        profile_interval: float = 0.01,
+        profile_cycle_interval: float = 1.0,
     ):
         self.address = address
         self.name = name or address
@@ -162,6 +167,18 @@ class Worker:
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.transfer_incoming_log: list[dict] = []
         self.transfer_outgoing_log: list[dict] = []
+        # which task each task thread runs (ident -> (key, prefix)): the profiler samples
+        # these threads; its thread starts with the periodic tasks, and stops on close
+        self.executing_by_thread: dict[int, tuple[Key, str]] = {}
+        self.profiler: Profiler | None = None
+        if profile:
+            self.profiler = Profiler(
+                self.executing_by_thread,
+                self.now,
+                interval=profile_interval,
+                cycle_interval=profile_cycle_interval,
+                name=self.name,
+            )
         self._closed = False
 
     def connect(self, scheduler: Channel) -> None:
@@ -244,6 +261,8 @@ class Worker:
             loop.create_task(self.heartbeat_loop(heartbeat_interval)),
             loop.create_task(self._memory_monitor()),
         ]
+        if self.profiler is not None:
+            self.profiler.start()
 
     def managed_bytes(self) -> int:
         """Bytes of the results this worker holds in memory."""
@@ -450,14 +469,23 @@ class Worker:
         ts = self.state.tasks.get(key)
         if ts is None or ts.cancelled or self.state.paused:
             return ExecuteSkipped(key)
-        if annotation is None:
-            return self._run_task(key, spec, inputs)
-        # inside the task, get_annotations() and new submissions see its span
-        token = current_span.set((tuple(annotation["name"]), tuple(annotation["ids"])))
+        ident = threading.get_ident()
+        executing = self.executing_by_thread
+        was_idle = not executing
+        executing[ident] = (key, ts.prefix)
+        if was_idle and self.profiler is not None:
+            self.profiler.wake()  # it rests while no task runs
         try:
-            return self._run_task(key, spec, inputs)
+            if annotation is None:
+                return self._run_task(key, spec, inputs)
+            # inside the task, get_annotations() and new submissions see its span
+            token = current_span.set((tuple(annotation["name"]), tuple(annotation["ids"])))
+            try:
+                return self._run_task(key, spec, inputs)
+            finally:
+                current_span.reset(token)
         finally:
-            current_span.reset(token)
+            del executing[ident]
 
     async def _gather_dep(self, inst: GatherDep) -> None:
         digests: list[tuple] = []
@@ -657,6 +685,8 @@ class Worker:
 
     def close(self) -> None:
         self._closed = True
+        if self.profiler is not None:
+            self.profiler.stop()
         self.pool.stop()
         if isinstance(self.data, SpillBuffer):
             self.data.close()

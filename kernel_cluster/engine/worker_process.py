@@ -31,6 +31,9 @@ async def serve(
     listen_address: str = "tcp://127.0.0.1:0",
     local_directory: str | None = None,
     fine_metrics: bool = True,
+    profile: bool = True,
+    profile_interval: float = 0.01,
+    profile_cycle_interval: float = 1.0,
 ) -> None:
     loop = asyncio.get_running_loop()
     worker: Worker | None = None
@@ -57,6 +60,9 @@ async def serve(
         in_process=False,
         local_directory=local_directory,
         fine_metrics=fine_metrics,
+        profile=profile,
+        profile_interval=profile_interval,
+        profile_cycle_interval=profile_cycle_interval,
     )
     comm = await connect(scheduler_address, secret=secret)
     try:

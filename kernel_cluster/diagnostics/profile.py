@@ -1,0 +1,90 @@
+"""``client.profile`` and ``client.profile_metadata``: the workers' statistical profiles.
+
+Each worker keeps its own profile (see ``engine/profiler.py``); these functions ask
+the chosen workers, through the DiagnosticsSource, for their samples of a time
+window and merge them here, on the client's side, with ``core.profile.merge``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.keys import key_split
+from ..core.profile import Tree, from_flat, merge_into, merge_metadata, new_tree
+from .flamegraph import write_flame_graph
+from .timewindow import resolve_window
+
+
+def profile(
+    source: Any,
+    start: Any = None,
+    stop: Any = None,
+    key: Any = None,
+    prefix: str | None = None,
+    workers: Any = None,
+    filename: Any = None,
+) -> Tree:
+    """The merged profile tree of ``workers`` (all by default) over ``[start, stop]``.
+
+    ``start`` / ``stop``: timestamps on the scheduler's clock or durations ago
+    (``"10s"``); None leaves that side open (both None: everything since the workers
+    started, beyond the history's reach). ``key`` or ``prefix`` keeps the samples of
+    one task prefix (a key stands for its prefix). ``filename`` also writes an HTML
+    flame graph there.
+    """
+    start_t, stop_t = _window(source, start, stop)
+    prefix = _prefix(key, prefix)
+    rows = source.profiles(
+        start=start_t, stop=stop_t, prefix=prefix, workers=_workers(source, workers)
+    )
+    tree = merge_into(new_tree(), *(from_flat(r) for r in rows.values()))
+    if filename is not None:
+        what = f"tasks {prefix!r}" if prefix is not None else "all tasks"
+        write_flame_graph(tree, filename, title=f"Profile of {what}")
+    return tree
+
+
+def profile_metadata(source: Any, start: Any = None, stop: Any = None, workers: Any = None) -> dict:
+    """Samples over time, for a timeline under the flame graph: ``{"counts": [(time,
+    n)], "keys": {prefix: [(time, n)]}}``, summed over workers per profile cycle
+    (times are cycle ends rounded down to the cycle length)."""
+    start_t, stop_t = _window(source, start, stop)
+    metas = source.profile_metadata(start=start_t, stop=stop_t, workers=_workers(source, workers))
+    cycles = [m["cycle_interval"] for m in metas.values() if m.get("cycle_interval")]
+    return merge_metadata(metas.values(), max(cycles, default=1.0))
+
+
+def _window(source: Any, start: Any, stop: Any) -> tuple[float | None, float | None]:
+    start_t, stop_t = resolve_window(start, stop, source.now())
+    if start_t is not None and stop_t is not None and stop_t < start_t:
+        raise ValueError(f"stop={stop!r} is before start={start!r}.")
+    return start_t, stop_t
+
+
+def _prefix(key: Any, prefix: str | None) -> str | None:
+    if key is None:
+        return prefix
+    from_key = key_split(getattr(key, "key", key))  # a Future stands for its key
+    if prefix is not None and prefix != from_key:
+        raise ValueError(
+            f"key={key!r} has prefix {from_key!r}, which is not prefix={prefix!r}; give one."
+        )
+    return from_key
+
+
+def _workers(source: Any, workers: Any) -> list[str] | None:
+    """Addresses for ``workers`` (addresses or names, one or a list); None: all."""
+    if workers is None:
+        return None
+    wanted = [workers] if isinstance(workers, str) else list(workers)
+    known = source.info()["workers"]
+    by_name = {info.get("name"): address for address, info in known.items()}
+    out = []
+    for w in wanted:
+        if w in known:
+            out.append(w)
+        elif w in by_name:
+            out.append(by_name[w])
+        else:
+            raise ValueError(f"No worker is called {w!r}; the workers are {sorted(known)!r}.")
+    return out

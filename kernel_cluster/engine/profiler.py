@@ -1,0 +1,261 @@
+"""The statistical profiler: a thread per worker that samples its task threads' stacks.
+
+Every ``interval`` seconds it reads the frame each task thread is executing
+(``sys._current_frames()``), keeps the part that belongs to the task (from the
+task's function inward) and counts it in a ``core.profile.ProfileLog`` under the
+task's prefix; every ``cycle_interval`` seconds the log closes a cycle stamped with
+the scheduler's clock. The worker tells which thread runs which task through
+``Worker.executing_by_thread`` (thread ident -> (key, prefix)).
+
+Per sample the cost is one step per frame: frame descriptions (file, function,
+line, source text) are computed once per code object and instruction, and adding a
+stack to the tree does not look at the rest of the tree. A worker with no task
+running for a while lets the thread rest until one starts (``Profiler.wake``).
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from ..core import spec as spec_module
+from ..core.profile import Frame, ProfileLog, Tree, describe, new_tree, to_flat
+
+# A task's function is called by one of these (core/spec.py); the frames outside it
+# (spec, execute.py, the worker's _run, the pool's loop, threading) are the engine's.
+_BOUNDARY = frozenset(id(f.__code__) for f in (spec_module.evaluate, spec_module._substitute))
+_CACHE_LIMIT = 20_000
+_REST_AFTER = 0.1  # seconds without a task before the sampler rests
+_IDLE_CHECK = 0.1  # seconds between looks at a resting worker's threads
+
+
+class FrameCache:
+    """``(identifier, description)`` per code object and instruction, computed once.
+
+    Entries keep their code object alive, so an id in the cache always means the same
+    code; past ``limit`` entries the cache starts over.
+    """
+
+    def __init__(self, limit: int = _CACHE_LIMIT):
+        self.limit = limit
+        self.entries: dict[tuple[int, int], tuple[Frame, Any]] = {}
+
+    def task_stack(self, frame: FrameType | None) -> list[Frame] | None:
+        """The task's part of a thread's stack, outermost first; None when the thread is
+        not inside a task's function (the engine's own work before or after it)."""
+        entries = self.entries
+        out: list[Frame] = []
+        append = out.append
+        while frame is not None:
+            code = frame.f_code
+            cid = id(code)
+            if cid in _BOUNDARY:
+                out.reverse()
+                return out
+            # the instruction offset is free to read; the line number is worked out from
+            # the code's line table, so only on a miss
+            where = (cid, frame.f_lasti)
+            entry = entries.get(where)
+            if entry is None:
+                entry = self._describe(frame, code, where)
+            append(entry[0])
+            frame = frame.f_back
+        return None
+
+    def _describe(self, frame: FrameType, code: Any, where: tuple) -> tuple[Frame, Any]:
+        if len(self.entries) >= self.limit:
+            self.entries = {}
+        lineno = frame.f_lineno
+        line_number = lineno if lineno is not None else code.co_firstlineno
+        filename = code.co_filename
+        line = linecache.getline(filename, line_number, frame.f_globals).strip()
+        entry = (describe(filename, code.co_name, line_number, line), code)
+        self.entries[where] = entry
+        return entry
+
+
+class Profiler:
+    """Samples the threads in ``executing`` (ident -> (key, prefix)) on a thread of its
+    own, between ``start()`` and ``stop()``; ``now`` is the scheduler's clock.
+
+    ``sample()`` and ``cycle()`` are what that thread calls; tests may call them by hand
+    without starting it. Reads (``get``, ``metadata``) may come from any thread.
+    """
+
+    def __init__(
+        self,
+        executing: dict[int, tuple],
+        now: Callable[[], float],
+        *,
+        interval: float = 0.01,
+        cycle_interval: float = 1.0,
+        max_cycles: int = 1000,
+        name: str = "worker",
+    ):
+        if not interval > 0 or not cycle_interval > 0:
+            raise ValueError(
+                f"profile intervals must be positive seconds, got interval={interval!r} "
+                f"and cycle_interval={cycle_interval!r}."
+            )
+        self.executing = executing
+        self.now = now
+        self.interval = interval
+        self.cycle_interval = cycle_interval
+        self.name = name
+        self.log = ProfileLog(now(), max_cycles)
+        self.frames = FrameCache()
+        self.lock = threading.Lock()
+        self.cpu_seconds = 0.0  # the sampling thread's CPU time: what profiling costs
+        # the sampling thread sleeps by trying to acquire this lock (cheaper per wake-up
+        # than Event.wait); wake() and stop() release it to cut the sleep short
+        self._signal = threading.Lock()
+        self._signal.acquire()
+        self._stopping = False
+        self.resting = False  # no task was running at the sampler's last look
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        with self.lock:
+            self.log.recent_start = self.now()
+        self._thread = threading.Thread(target=self._run, name=f"{self.name}-profile", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """A task started on a worker that had none running: end the sampler's rest.
+
+        Once no task has run for ``_REST_AFTER`` seconds the thread only wakes to
+        close cycles (and every ``_IDLE_CHECK`` seconds, in case this call crossed its
+        last look); a busy worker never rests, so its tasks never wake the thread."""
+        if self.resting:
+            self.resting = False
+            try:
+                self._signal.release()
+            except RuntimeError:  # released by another task thread meanwhile
+                pass
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping = True
+        if self._signal.locked():
+            try:
+                self._signal.release()
+            except RuntimeError:
+                pass
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        clock = time.monotonic
+        interval, cycle_interval = self.interval, self.cycle_interval
+        signalled = self._signal.acquire
+        executing = self.executing
+        now = last_busy = clock()
+        next_sample = now + interval
+        next_cycle = now + cycle_interval
+        while True:
+            now = clock()
+            self.resting = True  # before looking: a task starting after the look wakes us
+            if executing or now - last_busy < _REST_AFTER:
+                self.resting = False
+                timeout = next_sample - now
+            else:  # idle for a while: sleep until a task starts or a cycle ends
+                timeout = min(next_cycle - now, _IDLE_CHECK)
+            woken = signalled(True, max(0.0, timeout))
+            self.resting = False
+            if self._stopping:
+                return
+            now = clock()
+            if executing:
+                last_busy = now
+            if now >= next_sample:
+                # samples fall on a fixed grid, never on the moment a task started (that
+                # would favour what tasks do first); a point missed is skipped, not made up
+                if executing and not woken:
+                    self.sample()
+                next_sample += (math.floor((now - next_sample) / interval) + 1) * interval
+            if now >= next_cycle:
+                self.cycle()
+                next_cycle += (math.floor((now - next_cycle) / cycle_interval) + 1) * cycle_interval
+            self.cpu_seconds = time.thread_time()
+
+    def sample(self) -> int:
+        """Count the current stack of every thread running a task; returns how many."""
+        executing = self.executing
+        if not executing:
+            return 0
+        running = executing.copy()  # task threads add and remove entries meanwhile
+        frames = sys._current_frames()
+        try:
+            task_stack = self.frames.task_stack
+            n = 0
+            with self.lock:
+                add = self.log.add
+                for ident, (_key, prefix) in running.items():
+                    stack = task_stack(frames.get(ident))
+                    if stack is not None:
+                        add(stack, prefix)
+                        n += 1
+            return n
+        finally:
+            # The snapshot holds this very frame, which holds the snapshot: a cycle that
+            # would keep every thread's frames, and the user's objects in them, alive
+            # until the next garbage collection. Break it before returning.
+            frames.clear()
+
+    def cycle(self) -> None:
+        now = self.now()
+        with self.lock:
+            self.log.cycle(now)
+
+    def get(
+        self, start: float | None = None, stop: float | None = None, prefix: str | None = None
+    ) -> Tree:
+        now = self.now()
+        with self.lock:
+            return self.log.get(start, stop, prefix, now=now)
+
+    def metadata(self, start: float | None = None, stop: float | None = None) -> dict:
+        now = self.now()
+        with self.lock:
+            meta = self.log.metadata(start, stop, now=now)
+        meta["cycle_interval"] = self.cycle_interval
+        return meta
+
+
+# -- read on a worker by client.profile (through Scheduler.run_on_workers) --------------
+
+
+def read_profile(
+    dask_worker: Any,
+    start: float | None = None,
+    stop: float | None = None,
+    prefix: str | None = None,
+) -> list:
+    """A worker's profile over the window, in the flat form (see core.profile.to_flat)."""
+    profiler = getattr(dask_worker, "profiler", None)
+    tree = new_tree() if profiler is None else profiler.get(start, stop, prefix)
+    return to_flat(tree)
+
+
+def read_profile_metadata(
+    dask_worker: Any, start: float | None = None, stop: float | None = None
+) -> dict:
+    """A worker's samples per cycle (``ProfileLog.metadata``) and its cycle length."""
+    profiler = getattr(dask_worker, "profiler", None)
+    if profiler is None:
+        return {"counts": [], "keys": {}, "cycle_interval": None}
+    return profiler.metadata(start, stop)
+
+
+def read_profiler_cost(dask_worker: Any) -> float:
+    """CPU seconds the worker's sampling thread has used so far (0 when off)."""
+    profiler = getattr(dask_worker, "profiler", None)
+    return 0.0 if profiler is None else profiler.cpu_seconds

@@ -1,0 +1,163 @@
+"""Pushing snapshots to the browser: what a live widget sends, and when.
+
+A ``Publisher`` reads a DiagnosticsSource, runs each snapshot through its feeds
+(``kernel_cluster.diagnostics.feeds``) and sends one message holding every
+feed's delta, or nothing when nothing changed. It sends at most once per
+``min_interval`` seconds; what it skips is not lost, because deltas are taken
+against what was last *sent*.
+
+Until a browser has asked for the full state (``refresh``, sent by the front-end
+once it listens), every update is a full one: a view that loaded late, while the
+kernel was busy and could not answer it, still ends up complete.
+
+``Poller`` is the background thread that calls ``Publisher.tick``. The clock and
+the send function come in as parameters, so the tests drive a publisher without
+threads, sleeps or a kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..diagnostics.feeds import (
+    Message,
+    MetricsFeed,
+    RecordsFeed,
+    progress_records,
+    span_records,
+)
+
+logger = logging.getLogger(__name__)
+
+MIN_INTERVAL = 0.25  # at most four updates per second per widget
+FEEDS = ("metrics", "spans", "progress")
+
+
+class Publisher:
+    def __init__(
+        self,
+        source: Any,
+        feeds: tuple[str, ...],
+        send: Callable[[dict[str, Any], list[bytes]], None],
+        min_interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        unknown = set(feeds) - set(FEEDS)
+        if unknown:
+            raise ValueError(f"Unknown feeds {sorted(unknown)}; choose among {FEEDS}.")
+        self.source = source
+        self.names = feeds
+        self.feeds: dict[str, MetricsFeed | RecordsFeed] = {
+            name: MetricsFeed() if name == "metrics" else RecordsFeed(name) for name in feeds
+        }
+        self._send = send
+        self.min_interval = max(min_interval, MIN_INTERVAL)
+        self.clock = clock
+        self.last_sent = -float("inf")
+        self.in_sync = False  # a browser asked for the full state and got it
+        self.sent_messages = 0
+        self.sent_bytes = 0
+        self._lock = threading.Lock()
+
+    def _snapshot(self, name: str) -> Any:
+        src = self.source
+        if name == "metrics":
+            return src.fine_metrics(refresh=False)
+        if name == "spans":
+            return span_records(src.spans(refresh=False))
+        return progress_records(src.progress())
+
+    def tick(self, force: bool = False) -> bool:
+        """Send what changed since the last message, if the rate bound allows it now.
+
+        Returns whether a message went out.
+        """
+        with self._lock:
+            now = self.clock()
+            if not force and now - self.last_sent < self.min_interval:
+                return False
+            snapshots = {name: self._snapshot(name) for name in self.names}
+            parts = []
+            for name in self.names:
+                msg = self.feeds[name].update(snapshots[name])
+                if msg is not None:
+                    parts.append(msg)
+            if not parts:
+                return False
+            if not self.in_sync:  # nobody has confirmed listening: restate everything
+                parts = [self.feeds[name].full() for name in self.names]
+            self._emit(parts)
+            self.last_sent = now
+            return True
+
+    def send_full(self) -> None:
+        """A browser asked for everything (it just started listening)."""
+        with self._lock:
+            snapshots = {name: self._snapshot(name) for name in self.names}
+            for name in self.names:
+                self.feeds[name].update(snapshots[name])
+            self._emit([self.feeds[name].full() for name in self.names])
+            self.in_sync = True
+            self.last_sent = self.clock()
+
+    def _emit(self, parts: list[Message]) -> None:
+        content, buffers = pack(parts)
+        self._send(content, buffers)
+        self.sent_messages += 1
+        self.sent_bytes += message_size(content, buffers)
+
+
+def pack(parts: list[Message]) -> Message:
+    """Several feeds' messages as one: ``{"type": "update", "parts": [...]}``, each
+    part naming how many of the buffers that follow are its own."""
+    contents = []
+    buffers: list[bytes] = []
+    for content, bufs in parts:
+        contents.append({**content, "nbuffers": len(bufs)})
+        buffers.extend(bufs)
+    return {"type": "update", "parts": contents}, buffers
+
+
+def message_size(content: dict[str, Any], buffers: list[bytes]) -> int:
+    """Bytes on the wire for this message's content (as JSON) and buffers."""
+    import json
+
+    return len(json.dumps(content, separators=(",", ":"))) + sum(len(b) for b in buffers)
+
+
+class Poller:
+    """A daemon thread calling ``publisher.tick()`` every ``interval`` seconds until
+    stopped, or until the source fails (its cluster closed)."""
+
+    def __init__(self, publisher: Publisher, interval: float, name: str = "kernel-cluster-widget"):
+        self.publisher = publisher
+        self.interval = max(interval, MIN_INTERVAL)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.publisher.tick()
+            except (RuntimeError, TimeoutError) as exc:  # the engine closed under us
+                logger.info("Widget updates stopped: %s", exc)
+                return
+            except Exception:
+                logger.exception("Widget update failed; updates stopped")
+                return
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)

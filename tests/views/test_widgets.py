@@ -1,0 +1,135 @@
+"""The anywidget classes: what they send, what they accept, and their lifetime."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import traitlets
+
+pytest.importorskip("anywidget")
+
+from kernel_cluster.jupyter import widgets
+from kernel_cluster.jupyter.widgets import Dashboard, FineMetrics, Progress, SpanTree
+
+from .fakes import Clock, FakeSource, span_info
+from .test_live import Browser, wait_until
+
+CPU = ("execute", "s1", "inc", "thread-cpu", "seconds")
+
+
+def capture(w) -> Browser:
+    browser = Browser()
+    w.publisher._send = browser
+    return browser
+
+
+def test_fine_metrics_widget_sends_metrics_and_spans():
+    source = FakeSource()
+    source.metrics[CPU] = 1.0
+    source.span_list.append(span_info("s1", ("load",)))
+    w = FineMetrics(source, autostart=False)
+    browser = capture(w)
+    assert w.kind == "fine-metrics" and w.unit == "seconds"
+    assert w.update(force=True)
+    assert [p["feed"] for p in browser.messages[0][0]["parts"]] == ["metrics", "spans"]
+    assert browser.metrics.as_dict() == {CPU: 1.0}
+    w.close()
+
+
+def test_state_after_updates_and_throttling():
+    source, clock = FakeSource(), Clock()
+    w = FineMetrics(source, autostart=False, clock=clock, interval=0.5)
+    browser = capture(w)
+    w._on_browser_message(w, {"type": "refresh"}, [])
+    for i in range(10):  # 1.25 s of changes, every 0.125 s
+        source.metrics[CPU] = float(i)
+        clock.t += 0.125
+        w.update()
+    assert len(browser.messages) == 1 + 2  # the refresh, then one per 0.5 s
+    clock.t += 1
+    w.update()
+    assert browser.metrics.as_dict() == {CPU: 9.0}
+    n = len(browser.messages)
+    clock.t += 1
+    assert not w.update()  # nothing changed: nothing sent
+    assert len(browser.messages) == n
+    w.close()
+
+
+def test_browser_messages_are_validated():
+    source = FakeSource()
+    w = Progress(source, autostart=False)
+    browser = capture(w)
+    for bad in ["refresh", {"type": "exec", "code": "1"}, {"type": "refresh", "x": b"\x80"}, None]:
+        w._on_browser_message(w, bad, [b"pickle"] if isinstance(bad, dict) and "x" in bad else [])
+    assert browser.messages == []
+    w._on_browser_message(w, {"type": "refresh"}, [])
+    assert len(browser.messages) == 1 and browser.messages[0][0]["parts"][0]["full"]
+    w.close()
+
+
+def test_close_stops_updates():
+    source = FakeSource()
+    w = SpanTree(source, interval=0.25)
+    assert w.updating
+    w.close()
+    assert not w.updating
+    reads = source.reads
+    source.span_list.append(span_info("s9", ("late",)))
+    time.sleep(0.6)
+    assert source.reads == reads
+
+
+def test_span_filter_is_checked_and_linked_to_a_tree():
+    source = FakeSource()
+    fm, tree = FineMetrics(source, autostart=False), SpanTree(source, autostart=False)
+    with pytest.raises(traitlets.TraitError):
+        fm.span_filter = "load"
+    fm.span_filter = "tag:load"
+    fm.link(tree)
+    tree.selected = "abc"
+    assert fm.span_filter == "id:abc"
+    tree.selected = ""
+    assert fm.span_filter == ""
+    fm.close()
+    tree.close()
+
+
+def test_a_missing_bundle_says_how_to_build_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(widgets, "BUNDLE", tmp_path / "widget.js")
+    with pytest.raises(FileNotFoundError, match="npm run build"):
+        FineMetrics(FakeSource(), autostart=False)
+
+
+def test_not_a_source_is_refused():
+    with pytest.raises(TypeError, match="DiagnosticsSource"):
+        FineMetrics(object(), autostart=False)
+
+
+def test_client_dashboard_shows_a_real_workload(client):
+    def inc(x):
+        return x + 1
+
+    w = client.dashboard(interval=0.25)
+    try:
+        assert isinstance(w, Dashboard) and w.updating
+        browser = capture(w)
+        w._on_browser_message(w, {"type": "refresh"}, [])
+        from kernel_cluster import span
+
+        with span("work"):
+            futures = client.map(inc, range(20))
+            assert sum(client.gather(futures)) == 210
+        wait_until(
+            lambda: (
+                any(k[2] == "inc" and k[3] == "thread-cpu" for k in browser.metrics.as_dict())
+                and browser.progress.records.get("inc", {}).get("memory") == 20
+            )
+        )
+        names = [r["name"] for r in browser.spans.records.values()]
+        assert ["work"] in names
+        del futures
+    finally:
+        w.close()
+    assert not w.updating

@@ -1,0 +1,9 @@
+"""JupyterLab server for the Galata tests: no token, a fresh root dir, runs as root."""
+
+from jupyterlab.galata import configure_jupyter_server
+
+configure_jupyter_server(c)  # noqa: F821 (c is the config object Jupyter passes in)
+c.ServerApp.allow_root = True  # noqa: F821
+c.ServerApp.open_browser = False  # noqa: F821
+c.LabApp.news_url = None  # noqa: F821
+c.LabApp.check_for_updates_class = "jupyterlab.NeverCheckForUpdate"  # noqa: F821

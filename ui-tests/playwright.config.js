@@ -1,0 +1,35 @@
+// Browser tests in Debian's Chromium (never a downloaded browser), offline.
+// One JupyterLab server for the run, from the project's virtual environment.
+const path = require('path');
+const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
+
+const venv = process.env.KC_VENV || path.resolve(__dirname, '..', '.venv');
+
+module.exports = {
+  ...baseConfig,
+  timeout: 120000,
+  reporter: [['list'], ['html', { open: 'never', outputFolder: 'playwright-report' }]],
+  workers: 1,
+  retries: 0,
+  outputDir: 'test-results',
+  use: {
+    ...baseConfig.use,
+    video: 'off',
+    trace: 'retain-on-failure',
+    viewport: { width: 1280, height: 1600 },
+    launchOptions: {
+      executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+      args: [
+        '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
+        '--no-first-run', '--disable-background-networking',
+        '--disable-component-update', '--disable-sync',
+      ],
+    },
+  },
+  webServer: {
+    command: `${path.join(venv, 'bin', 'jupyter')} lab --config jupyter_server_test_config.py`,
+    url: 'http://localhost:8888/lab',
+    timeout: 120000,
+    reuseExistingServer: false,
+  },
+};

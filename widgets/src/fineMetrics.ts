@@ -1,0 +1,242 @@
+// The fine metrics view: task execution by function and by activity, send and
+// receive data by activity; unit, span, function and activity filters. All the
+// filtering happens here, on the rows the store holds.
+import { computePanels, type Filters, type Panels } from './aggregate';
+import { drawBars } from './chart';
+import { activityColor } from './colors';
+import { h, Tooltip } from './dom';
+import type { Store } from './store';
+
+export interface FineMetricsOptions {
+  filters?: Partial<Filters>;
+  /** Called with what the user changed, to persist it (e.g. in the widget model). */
+  onChange?: (change: Partial<Filters>) => void;
+  /** Bar area width in pixels; by default the element's width. */
+  width?: number;
+}
+
+export const PANELS: [keyof Panels, string, string][] = [
+  ['byFunction', 'by-function', 'Task execution, by function'],
+  ['byActivity', 'by-activity', 'Task execution, by activity'],
+  ['send', 'send', 'Send data, by activity'],
+  ['receive', 'receive', 'Receive data, by activity'],
+];
+
+export class FineMetricsView {
+  readonly root: HTMLDivElement;
+  filters: Filters;
+  panels: Panels | null = null;
+  private unitSelect: HTMLSelectElement;
+  private spanSelect: HTMLSelectElement;
+  private functionList: CheckList;
+  private activityList: CheckList;
+  private legend: HTMLDivElement;
+  private plots = new Map<string, HTMLDivElement>();
+  private notes = new Map<string, HTMLSpanElement>();
+  private tooltip: Tooltip;
+  private unsubscribe: () => void;
+
+  constructor(
+    host: HTMLElement,
+    private store: Store,
+    private options: FineMetricsOptions = {},
+  ) {
+    this.filters = {
+      unit: 'seconds',
+      spanFilter: '',
+      hiddenFunctions: [],
+      hiddenActivities: [],
+      ...options.filters,
+    };
+    this.root = h('div', { class: 'kc-view kc-fine-metrics' });
+    this.unitSelect = h('select', { class: 'kc-unit', 'aria-label': 'Unit' });
+    this.unitSelect.addEventListener('change', () => this.change({ unit: this.unitSelect.value }));
+    this.spanSelect = h('select', { class: 'kc-span', 'aria-label': 'Span' });
+    this.spanSelect.addEventListener('change', () =>
+      this.change({ spanFilter: this.spanSelect.value }),
+    );
+    this.functionList = new CheckList('Functions', 'kc-functions', (hidden) =>
+      this.change({ hiddenFunctions: hidden }),
+    );
+    this.activityList = new CheckList('Activities', 'kc-activities', (hidden) =>
+      this.change({ hiddenActivities: hidden }),
+    );
+    const controls = h(
+      'div',
+      { class: 'kc-controls' },
+      h('label', {}, 'Unit ', this.unitSelect),
+      h('label', {}, 'Span ', this.spanSelect),
+      this.functionList.root,
+      this.activityList.root,
+    );
+    this.legend = h('div', { class: 'kc-legend' });
+    const grid = h('div', { class: 'kc-panels' });
+    for (const [, id, title] of PANELS) {
+      const plot = h('div', { class: 'kc-plot' });
+      const note = h('span', { class: 'kc-note' });
+      this.plots.set(id, plot);
+      this.notes.set(id, note);
+      grid.append(
+        h('section', { class: 'kc-panel', 'data-panel': id }, h('h4', { text: title }, note), plot),
+      );
+    }
+    this.root.append(h('div', { class: 'kc-title', text: 'Fine performance metrics' }), controls, this.legend, grid);
+    host.append(this.root);
+    this.tooltip = new Tooltip(this.root);
+    this.unsubscribe = store.subscribe(() => this.render());
+    this.render();
+  }
+
+  /** Filters set from outside (the model, a linked span tree): no onChange echo. */
+  setFilters(change: Partial<Filters>): void {
+    this.filters = { ...this.filters, ...change };
+    this.render();
+  }
+
+  private change(change: Partial<Filters>): void {
+    this.filters = { ...this.filters, ...change };
+    this.options.onChange?.(change);
+    this.render();
+  }
+
+  render(): void {
+    const f = this.filters;
+    const panels = computePanels(this.store.metrics, this.store.spans.records, f);
+    this.panels = panels;
+    const units = panels.units.includes(f.unit) ? panels.units : [f.unit, ...panels.units];
+    setOptions(this.unitSelect, units.map((u) => [u, u]), f.unit);
+    const spanOptions: [string, string][] = [['', 'all spans']];
+    for (const t of panels.tags) spanOptions.push([`tag:${t}`, `tag: ${t}`]);
+    if (f.spanFilter.startsWith('id:')) {
+      const s = this.store.spans.records.get(f.spanFilter.slice(3));
+      spanOptions.push([f.spanFilter, `span: ${s ? s.name.join(' / ') : f.spanFilter.slice(3, 11)}`]);
+    } else if (f.spanFilter && !panels.tags.includes(f.spanFilter.slice(4))) {
+      spanOptions.push([f.spanFilter, f.spanFilter.replace(':', ': ')]);
+    }
+    setOptions(this.spanSelect, spanOptions, f.spanFilter);
+    this.functionList.update(panels.functions, f.hiddenFunctions);
+    this.activityList.update(panels.activities, f.hiddenActivities, activityColor);
+    this.drawLegend(panels);
+    for (const [key, id] of PANELS) {
+      const plot = this.plots.get(id) as HTMLDivElement;
+      const rows = panels[key] as Panels['byFunction'];
+      drawBars(plot, rows, {
+        unit: f.unit,
+        tooltip: this.tooltip,
+        width: this.options.width,
+        labelWidth: key === 'byFunction' ? 140 : 110,
+      });
+      const note = this.notes.get(id) as HTMLSpanElement;
+      note.textContent = (key === 'send' || key === 'receive') && f.spanFilter ? ' (all spans)' : '';
+    }
+  }
+
+  private drawLegend(panels: Panels): void {
+    const hidden = new Set(this.filters.hiddenActivities);
+    this.legend.replaceChildren(
+      ...panels.activities.map((a) => {
+        const item = h(
+          'button',
+          {
+            class: `kc-legend-item${hidden.has(a) ? ' kc-off' : ''}`,
+            'data-activity': a,
+            title: hidden.has(a) ? `show ${a}` : `hide ${a}`,
+          },
+          h('span', { class: 'kc-swatch', style: `background:${activityColor(a)}` }),
+          a,
+        );
+        item.addEventListener('click', () => {
+          const next = new Set(this.filters.hiddenActivities);
+          if (next.has(a)) next.delete(a);
+          else next.add(a);
+          this.change({ hiddenActivities: [...next].sort() });
+        });
+        return item;
+      }),
+    );
+  }
+
+  destroy(): void {
+    this.unsubscribe();
+    this.root.remove();
+  }
+}
+
+function setOptions(select: HTMLSelectElement, options: [string, string][], value: string): void {
+  const same =
+    select.options.length === options.length &&
+    options.every(([v, t], i) => select.options[i].value === v && select.options[i].text === t);
+  if (!same) {
+    select.replaceChildren(...options.map(([v, t]) => h('option', { value: v, text: t })));
+  }
+  select.value = value;
+}
+
+/** A collapsible list of checkboxes: what is unchecked is hidden. */
+class CheckList {
+  readonly root: HTMLDetailsElement;
+  private summary: HTMLElement;
+  private list: HTMLDivElement;
+  private search: HTMLInputElement;
+  private items: string[] = [];
+  private hidden = new Set<string>();
+
+  constructor(
+    private title: string,
+    cls: string,
+    private onChange: (hidden: string[]) => void,
+  ) {
+    this.summary = h('summary', { text: title });
+    this.search = h('input', { type: 'search', placeholder: 'filter', 'aria-label': `Filter ${title.toLowerCase()}` });
+    this.search.addEventListener('input', () => this.draw());
+    const all = h('button', { class: 'kc-all', text: 'all' });
+    all.addEventListener('click', () => this.setVisible(true));
+    const none = h('button', { class: 'kc-none', text: 'none' });
+    none.addEventListener('click', () => this.setVisible(false));
+    this.list = h('div', { class: 'kc-checklist' });
+    this.root = h('details', { class: `kc-filter ${cls}` }, this.summary, h('div', { class: 'kc-filter-tools' }, this.search, all, none), this.list);
+  }
+
+  private matching(): string[] {
+    const q = this.search.value.trim().toLowerCase();
+    return q ? this.items.filter((i) => i.toLowerCase().includes(q)) : this.items;
+  }
+
+  /** Check (or uncheck) every item the search matches. */
+  private setVisible(show: boolean): void {
+    for (const item of this.matching()) {
+      if (show) this.hidden.delete(item);
+      else this.hidden.add(item);
+    }
+    this.onChange([...this.hidden].sort());
+  }
+
+  update(items: string[], hidden: string[], color?: (s: string) => string): void {
+    this.items = [...new Set([...items, ...hidden])].sort();
+    this.hidden = new Set(hidden);
+    this.color = color;
+    this.draw();
+  }
+
+  private color?: (s: string) => string;
+
+  private draw(): void {
+    const shown = this.items.length - this.hidden.size;
+    this.summary.textContent = `${this.title} (${shown}/${this.items.length})`;
+    this.list.replaceChildren(
+      ...this.matching().map((item) => {
+        const box = h('input', { type: 'checkbox', value: item });
+        box.checked = !this.hidden.has(item);
+        box.addEventListener('change', () => {
+          if (box.checked) this.hidden.delete(item);
+          else this.hidden.add(item);
+          this.onChange([...this.hidden].sort());
+        });
+        const label = h('label', { class: 'kc-check' }, box);
+        if (this.color) label.append(h('span', { class: 'kc-swatch', style: `background:${this.color(item)}` }));
+        label.append(item);
+        return label;
+      }),
+    );
+  }
+}

@@ -1,0 +1,57 @@
+// The narrow model a front-end sees (anywidget's contract), and the data shapes
+// the kernel sends. Kept here so that nothing else depends on a widget framework.
+
+export type Handler = (...args: any[]) => void;
+
+export interface WidgetModel {
+  get(name: string): any;
+  set(name: string, value: unknown): void;
+  save_changes(): void;
+  on(event: string, handler: Handler): void;
+  off(event: string, handler?: Handler): void;
+  send(content: unknown, callbacks?: unknown, buffers?: ArrayBuffer[]): void;
+}
+
+/** Binary payloads as the transports hand them over. */
+export type Buffer = ArrayBuffer | ArrayBufferView;
+
+/** One feed's part of an update message (see kernel_cluster/diagnostics/feeds.py). */
+export interface MetricsPart {
+  feed: 'metrics';
+  seq: number;
+  full: boolean;
+  strings: string[];
+  first_row: number;
+  nbuffers: number;
+}
+
+export interface RecordsPart<T = unknown> {
+  feed: 'spans' | 'progress';
+  seq: number;
+  full: boolean;
+  records: Record<string, T>;
+  removed: string[];
+  nbuffers: number;
+}
+
+export type Part = MetricsPart | RecordsPart;
+
+export interface UpdateMessage {
+  type: 'update';
+  parts: Part[];
+}
+
+export interface SpanRecord {
+  name: string[];
+  parent: string | null;
+  enqueued: number;
+  start: number;
+  stop: number;
+  duration: number;
+  nbytes: number;
+  states: Record<string, number>;
+  done: boolean;
+  code: string[][][];
+}
+
+export type StateCounts = Record<string, number>;
