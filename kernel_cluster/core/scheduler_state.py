@@ -123,6 +123,9 @@ class SchedulerState:
         self.transition_log: deque = deque(maxlen=transition_log_length or None)
         self.log_transitions = transition_log_length > 0
         self.on_transition: TransitionHook | None = None
+        # when set, only these (start, finish) pairs reach on_transition: the hook sits on
+        # every task's path, and most listeners want few transitions
+        self.transition_filter: frozenset[tuple[str, str]] | None = None
         self._instructions: list = []
         self._stimulus_id = ""
         self.n_pending = 0  # tasks waiting, queued or processing
@@ -787,8 +790,11 @@ class SchedulerState:
             self.n_pending += 1
         if self.log_transitions:
             self.transition_log.append((ts.key, old, new, self._stimulus_id))
-        if self.on_transition is not None:
-            self.on_transition(ts, old, new, ev)
+        hook = self.on_transition
+        if hook is not None:
+            only = self.transition_filter
+            if only is None or (old, new) in only:
+                hook(ts, old, new, ev)
 
     def story(self, *keys: Key) -> list[tuple]:
         """Every logged transition of these keys, oldest first."""

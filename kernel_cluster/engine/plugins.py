@@ -76,6 +76,12 @@ class PluginSet:
     def wants_transitions(self) -> bool:
         return bool(self._everything or self._by_transition)
 
+    def transition_filter(self) -> frozenset[tuple[str, str]] | None:
+        """The transitions some plugin wants, or None when one of them wants them all."""
+        if self._everything:
+            return None
+        return frozenset(self._by_transition)
+
     def for_transition(self, start: str, finish: str) -> Iterable[SchedulerPlugin]:
         targeted = self._by_transition.get((start, finish))
         if targeted is None:
@@ -83,7 +89,7 @@ class PluginSet:
         return [*self._everything, *targeted] if self._everything else targeted
 
     def call(self, plugins: Iterable[SchedulerPlugin], method: str, *args: Any, **kw: Any) -> None:
-        for plugin in list(plugins):
+        for plugin in tuple(plugins):  # a failing plugin is removed from the live list
             try:
                 getattr(plugin, method)(*args, **kw)
             except Exception:

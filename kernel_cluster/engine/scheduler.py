@@ -97,26 +97,48 @@ class Scheduler:
     def register_plugin(self, plugin: SchedulerPlugin, name: str | None = None) -> str:
         name = self.plugins.add(plugin, name)
         self.plugins.call([plugin], "start", self)
-        self.state.on_transition = self._on_transition if self.plugins.wants_transitions() else None
+        self._hook_transitions()
         return name
 
     def unregister_plugin(self, name: str) -> None:
         if self.plugins.remove(name) is None:
             raise KeyError(f"No scheduler plugin is registered as {name!r}.")
-        self.state.on_transition = self._on_transition if self.plugins.wants_transitions() else None
+        self._hook_transitions()
+
+    def _hook_transitions(self) -> None:
+        wanted = self.plugins.wants_transitions()
+        self.state.on_transition = self._on_transition if wanted else None
+        self.state.transition_filter = self.plugins.transition_filter() if wanted else None
 
     def _on_transition(self, ts: Any, start: str, finish: str, ev: Any) -> None:
         plugins = self.plugins.for_transition(start, finish)
         if not plugins:
             return
-        kw: dict[str, Any] = {"prefix": ts.prefix.name, "span_id": ts.group.span_id}
-        if type(ev) is TaskFinished or type(ev) is TaskErred:
-            kw["worker"] = ev.worker
-            kw["startstops"] = ev.startstops
-            kw["thread"] = ev.thread
-            kw["nbytes"] = getattr(ev, "nbytes", 0)
-        if ev is not None:
-            kw["stimulus_id"] = ev.stimulus_id
+        t = type(ev)
+        if t is TaskFinished:
+            kw = {
+                "prefix": ts.prefix.name,
+                "span_id": ts.group.span_id,
+                "worker": ev.worker,
+                "startstops": ev.startstops,
+                "thread": ev.thread,
+                "nbytes": ev.nbytes,
+                "stimulus_id": ev.stimulus_id,
+            }
+        elif t is TaskErred:
+            kw = {
+                "prefix": ts.prefix.name,
+                "span_id": ts.group.span_id,
+                "worker": ev.worker,
+                "startstops": ev.startstops,
+                "thread": ev.thread,
+                "nbytes": 0,
+                "stimulus_id": ev.stimulus_id,
+            }
+        else:
+            kw = {"prefix": ts.prefix.name, "span_id": ts.group.span_id}
+            if ev is not None:
+                kw["stimulus_id"] = ev.stimulus_id
         self.plugins.call(plugins, "transition", ts.key, start, finish, **kw)
 
     def close(self) -> None:

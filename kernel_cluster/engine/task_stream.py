@@ -20,26 +20,27 @@ class TaskStreamPlugin(SchedulerPlugin):
     transitions: ClassVar = frozenset({("processing", "memory"), ("processing", "erred")})
 
     def __init__(self, maxlen: int = 100_000):
-        self.buffer: deque[dict] = deque(maxlen=maxlen)
+        # raw tuples (see _FIELDS), turned into dicts only when somebody reads them:
+        # the scheduler records every task, readers look at a few
+        self.buffer: deque[tuple] = deque(maxlen=maxlen)
         self.index = 0  # records ever made; the next one gets this number
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kw: Any) -> None:
         worker = kw.get("worker")
         if worker is None:  # erred because an input failed: it never ran
             return
-        startstops = kw.get("startstops") or []
         self.buffer.append(
-            {
-                "index": self.index,
-                "key": key,
-                "prefix": kw.get("prefix"),
-                "span_id": kw.get("span_id"),
-                "worker": worker,
-                "thread": kw.get("thread"),
-                "status": "OK" if finish == "memory" else "error",
-                "nbytes": kw.get("nbytes", 0),
-                "startstops": [_startstop(ss) for ss in startstops],
-            }
+            (
+                self.index,
+                key,
+                kw.get("prefix"),
+                kw.get("span_id"),
+                worker,
+                kw.get("thread"),
+                "OK" if finish == "memory" else "error",
+                kw.get("nbytes", 0),
+                kw.get("startstops") or (),
+            )
         )
         self.index += 1
 
@@ -47,21 +48,31 @@ class TaskStreamPlugin(SchedulerPlugin):
         """Records numbered ``index`` or later that are still in the history."""
         if not self.buffer:
             return []
-        first = self.buffer[0]["index"]
-        skip = max(0, index - first)
-        return [r for i, r in enumerate(self.buffer) if i >= skip]
+        skip = max(0, index - self.buffer[0][0])
+        return [_record(r) for i, r in enumerate(self.buffer) if i >= skip]
 
     def window(self, start: float | None, stop: float | None, count: int | None) -> list[dict]:
         """Records of tasks that ended in [start, stop]; the last ``count`` of them."""
         out = []
         for r in self.buffer:
-            end = max((ss["stop"] for ss in r["startstops"]), default=0.0)
+            end = max((ss[2] for ss in r[8]), default=0.0)
             if start is not None and end < start:
                 continue
             if stop is not None and end > stop:
                 continue
             out.append(r)
-        return out[-count:] if count else out
+        if count:
+            out = out[-count:]
+        return [_record(r) for r in out]
+
+
+_FIELDS = ("index", "key", "prefix", "span_id", "worker", "thread", "status", "nbytes")
+
+
+def _record(raw: tuple) -> dict:
+    out = dict(zip(_FIELDS, raw))
+    out["startstops"] = [_startstop(ss) for ss in raw[8]]
+    return out
 
 
 def _startstop(ss: tuple) -> dict:
