@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-fine-metrics", action="store_true", help="do not collect fine performance metrics"
     )
     parser.add_argument(
+        "--memory-fractions",
+        default="0.6,0.7,0.8",
+        help="target,spill,pause fractions of the memory limit",
+    )
+    parser.add_argument(
         "--no-profile", action="store_true", help="do not run the statistical profiler"
     )
     parser.add_argument(
@@ -73,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 heartbeat_interval=args.heartbeat_interval,
                 local_directory=args.local_directory,
                 fine_metrics=not args.no_fine_metrics,
+                memory_fractions=tuple(float(f) for f in args.memory_fractions.split(",")),
                 profile=not args.no_profile,
                 profile_interval=args.profile_interval,
                 profile_cycle_interval=args.profile_cycle_interval,

@@ -144,6 +144,9 @@ class KernelCluster:
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
         fine_metrics: bool = True,
+        memory_target_fraction: float = 0.6,
+        memory_spill_fraction: float = 0.7,
+        memory_pause_fraction: float = 0.8,
         profile: bool = True,
         profile_interval: float = 0.01,
         profile_cycle_interval: float = 1.0,
@@ -163,6 +166,14 @@ class KernelCluster:
         self.processes = processes
         self.heartbeat_interval = heartbeat_interval
         self.fine_metrics = fine_metrics  # False: measure the cost of measuring
+        fractions = (memory_target_fraction, memory_spill_fraction, memory_pause_fraction)
+        if not all(0 < f <= 1 for f in fractions) or sorted(fractions) != list(fractions):
+            raise ValueError(
+                "memory fractions must satisfy 0 < target <= spill <= pause <= 1, got "
+                f"target={memory_target_fraction}, spill={memory_spill_fraction}, "
+                f"pause={memory_pause_fraction}."
+            )
+        self.memory_fractions = fractions
         for what, seconds in [
             ("profile_interval", profile_interval),
             ("profile_cycle_interval", profile_cycle_interval),
@@ -251,6 +262,8 @@ class KernelCluster:
             "--local-directory",
             os.path.join(self.local_directory, name),
             *([] if self.fine_metrics else ["--no-fine-metrics"]),
+            "--memory-fractions",
+            ",".join(map(str, self.memory_fractions)),
             "--profile-interval",
             repr(self.profile_interval),
             "--profile-cycle-interval",
@@ -337,6 +350,9 @@ class KernelCluster:
             clock=time.time,
             local_directory=os.path.join(self.local_directory, f"worker-{i}"),
             fine_metrics=self.fine_metrics,
+            memory_target_fraction=self.memory_fractions[0],
+            memory_spill_fraction=self.memory_fractions[1],
+            memory_pause_fraction=self.memory_fractions[2],
             profile=self.profile,
             profile_interval=self.profile_interval,
             profile_cycle_interval=self.profile_cycle_interval,
