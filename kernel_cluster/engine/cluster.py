@@ -144,6 +144,7 @@ class KernelCluster:
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
         fine_metrics: bool = True,
+        task_stream_length: int = 100_000,
         memory_target_fraction: float = 0.6,
         memory_spill_fraction: float = 0.7,
         memory_pause_fraction: float = 0.8,
@@ -204,6 +205,7 @@ class KernelCluster:
                 worker_saturation=worker_saturation,
                 queue_seconds=queue_seconds,
                 allowed_failures=allowed_failures,
+                task_stream_length=task_stream_length,
             )
         )
         self.server: SchedulerServer | None = None

@@ -62,6 +62,7 @@ class Scheduler:
         worker_saturation: float = 1.5,
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
+        task_stream_length: int = 100_000,
         clock: Callable[[], float] = time.time,
     ):
         self.spans = SpanTree(now=clock)
@@ -74,7 +75,7 @@ class Scheduler:
         )
         self.data_source = data_source
         self.plugins = PluginSet()
-        self.task_stream = TaskStreamPlugin()
+        self.task_stream = TaskStreamPlugin(maxlen=task_stream_length)
         self.register_plugin(self.task_stream)
         self.clock = clock
         self.worker_channels: dict[str, Channel] = {}

@@ -73,10 +73,11 @@ def test_two_threads_have_distinct_ids_and_overlap(dclient):
 
 def test_history_is_bounded_and_read_by_time_or_count():
     with (
-        KernelCluster(n_workers=1, threads_per_worker=1, memory_limit=0) as cluster,
+        KernelCluster(
+            n_workers=1, threads_per_worker=1, memory_limit=0, task_stream_length=5
+        ) as cluster,
         Client(cluster) as client,
     ):
-        cluster.scheduler.task_stream.buffer = type(cluster.scheduler.task_stream.buffer)(maxlen=5)
         client.gather(client.map(inc, range(8)))
         records = client.task_stream()
         assert len(records) == 5
