@@ -285,9 +285,17 @@ def wait_until(predicate, what: str, timeout: float = 10) -> None:
 def test_memory_fractions_are_configurable_and_checked():
     with pytest.raises(ValueError, match="target <= spill <= pause"):
         KernelCluster(n_workers=0, memory_target_fraction=0.9, memory_pause_fraction=0.5)
-    with KernelCluster(n_workers=1, threads_per_worker=1, memory_limit="100 MB",
-                       memory_target_fraction=0.1, memory_spill_fraction=0.2,
-                       memory_pause_fraction=0.9) as cluster, Client(cluster) as client:  # fmt: skip
+    fractions = {
+        "memory_target_fraction": 0.1,
+        "memory_spill_fraction": 0.2,
+        "memory_pause_fraction": 0.9,
+    }
+    with (
+        KernelCluster(
+            n_workers=1, threads_per_worker=1, memory_limit="100 MB", **fractions
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         worker = next(iter(cluster.workers.values()))
         assert worker.data.target == 10_000_000
         arrays = client.map(make_array, range(3))  # 24 MB: past a 10 MB target
