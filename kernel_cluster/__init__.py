@@ -3,13 +3,14 @@
 from .client import Client, get_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
-from .diagnostics.memory_sampler import MemorySampler
 from .diagnostics.report import performance_report
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.meter import context_meter
 from .engine.plugins import SchedulerPlugin
 from .futures import CancelledError, Future, as_completed, wait
+from .jupyter.memory import MemorySampler
+from .jupyter.notebook import progress
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "get_annotations",
     "get_client",
     "performance_report",
+    "progress",
     "span",
     "wait",
 ]

@@ -132,6 +132,30 @@ class EngineSource:
         scheduler = self.cluster.scheduler
         return self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
 
+    def profile_interval(self) -> float:
+        """Seconds between two samples of the statistical profiler."""
+        return self.cluster.profile_interval
+
+    def profile_cycle_interval(self) -> float:
+        """Seconds covered by one entry of the profile history."""
+        return self.cluster.profile_cycle_interval
+
+    # -- transfers ------------------------------------------------------------------------
+
+    def transfer_logs(self, workers: list[str] | None = None) -> dict[str, dict[str, list]]:
+        """Each worker's transfer logs: ``{address: {"incoming": [...], "outgoing":
+        [...]}}``, entries ``{peer, keys, total, compressed, start, stop}`` (copies)."""
+        scheduler = self.cluster.scheduler
+        return self.cluster.loop_thread.run(scheduler.run_on_workers, read_transfer_logs, workers)
+
+
+def read_transfer_logs(dask_worker: object) -> dict[str, list]:
+    """Run on a worker: copies of its incoming and outgoing transfer logs."""
+    return {
+        direction: [dict(e) for e in getattr(dask_worker, f"transfer_{direction}_log", ())]
+        for direction in ("incoming", "outgoing")
+    }
+
 
 def _copy(records: list[dict]) -> list[dict]:
     """Plain copies: readers must not see (or change) the engine's own records."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from .source import default_source
@@ -33,7 +34,7 @@ class MemorySampler:
         client: Any = None,
         measure: str = "process",
         interval: float = 0.5,
-    ) -> _Sampling:
+    ) -> Periodic:
         """A context manager (``with`` or ``async with``) recording ``measure`` in bytes.
 
         ``measure``: ``process`` (each worker process's memory, counted once),
@@ -47,7 +48,19 @@ class MemorySampler:
         source = default_source() if client is None else client.diagnostics
         label = label or f"sample-{uuid.uuid4().hex[:8]}"
         series = self.samples.setdefault(label, [])
-        return _Sampling(source, measure, interval, series)
+
+        def take() -> None:
+            point = (time.time(), int(source.memory()[measure]))
+            series.append(point)
+            self._sampled(label, point)
+
+        return Periodic(take, interval, "memory-sampler", lambda: self._finished(label))
+
+    def _sampled(self, label: str, point: tuple[float, int]) -> None:
+        """Called after each sample (from the sampling thread); for live charts."""
+
+    def _finished(self, label: str) -> None:
+        """Called when a ``sample`` block ends, after its last sample."""
 
     def to_pandas(self, *, align: bool = False) -> Any:
         """One column per label. ``align=False``: a DatetimeIndex of absolute times.
@@ -70,46 +83,62 @@ class MemorySampler:
         return frame.sort_index()
 
     def plot(self, *, align: bool = False, **kwargs: Any) -> Any:
-        """The samples as a line chart (pandas plotting); ``kwargs`` go to ``DataFrame.plot``."""
+        """The samples as a line chart (pandas plotting); ``kwargs`` go to ``DataFrame.plot``.
+        ``kernel_cluster.MemorySampler`` draws an interactive bqplot chart in a notebook."""
         frame = self.to_pandas(align=align)
         if align:
             frame.index = frame.index.total_seconds()
         return frame.plot(**{"ylabel": "bytes", **kwargs})
 
 
-class _Sampling:
-    def __init__(self, source: Any, measure: str, interval: float, series: list):
-        self.source = source
-        self.measure = measure
+class Periodic:
+    """Calls ``take()`` at once, every ``interval`` seconds from a thread, and once
+    more at the end: a context manager, ``with`` or ``async with``."""
+
+    def __init__(
+        self,
+        take: Callable[[], None],
+        interval: float,
+        name: str = "sampler",
+        finish: Callable[[], None] | None = None,
+    ):
+        """``finish``: called once the last sample is taken."""
+        self.take = take
         self.interval = interval
-        self.series = series
+        self.name = name
+        self.finish = finish
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _take(self) -> None:
-        self.series.append((time.time(), int(self.source.memory()[self.measure])))
-
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self._take()
+            self.take()
 
-    def __enter__(self) -> _Sampling:
-        self._take()
-        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+    def start(self) -> Periodic:
+        self.take()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self._take()
+        self.take()
+        if self.finish is not None:
+            self.finish()
 
-    async def __aenter__(self) -> _Sampling:
+    def __enter__(self) -> Periodic:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Periodic:
         import asyncio
 
-        await asyncio.to_thread(self._take)
-        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+        await asyncio.to_thread(self.take)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
         return self
 
@@ -119,4 +148,6 @@ class _Sampling:
         self._stop.set()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
-        await asyncio.to_thread(self._take)
+        await asyncio.to_thread(self.take)
+        if self.finish is not None:
+            self.finish()

@@ -11,7 +11,6 @@ from typing import Any
 
 from ..core.keys import key_split
 from ..core.profile import Tree, from_flat, merge_into, merge_metadata, new_tree
-from .flamegraph import write_flame_graph
 from .timewindow import resolve_window
 
 
@@ -39,8 +38,14 @@ def profile(
     )
     tree = merge_into(new_tree(), *(from_flat(r) for r in rows.values()))
     if filename is not None:
+        from .flamegraph import page_html, static_profiles
+        from .profile_feed import read_static_profiles
+
         what = f"tasks {prefix!r}" if prefix is not None else "all tasks"
-        write_flame_graph(tree, filename, title=f"Profile of {what}")
+        data = read_static_profiles(source, start_t, stop_t, prefix, tree=tree)
+        page = page_html(data or static_profiles({"": tree}), title=f"Profile of {what}")
+        with open(filename, "w", encoding="utf-8") as f:
+            f.write(page)
     return tree
 
 

@@ -11,8 +11,10 @@ data are all inline. It shows a summary (duration, tasks, workers, threads,
 versions, the code that ran the block), the fine metrics of the block with the
 same panels and filters as the ``FineMetrics`` widget, and the spans made in it.
 
-Views still being built get a section each, marked ``HOOK`` below: the data is
-recorded when its API is there, and the page says what it holds.
+It also holds the block's task stream, its statistical profile (a flame graph per
+task prefix), the cluster's memory over time (sampled every ``memory_interval``
+seconds while the block runs) and the transfers between workers (bandwidth over
+time and by pair of workers, from the workers' transfer logs).
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from .feeds import MetricsFeed, RecordsFeed, progress_records, span_records
+from .memory_sampler import Periodic
+from .profile_feed import read_static_profiles
 from .source import default_source
+from .stream_feed import TaskStreamFeed
 
 STATIC = Path(__file__).resolve().parent.parent / "jupyter" / "static"
 _VERSIONED = ("kernel-cluster", "tornado", "msgpack", "cloudpickle", "pandas", "numpy")
@@ -51,8 +56,11 @@ class performance_report:
         client: Any = None,
         title: str = "kernel-cluster performance report",
         stacklevel: int = 1,
+        memory_interval: float = 0.1,
     ):
+        """``memory_interval``: seconds between two samples of the cluster's memory."""
         self.filename = Path(filename)
+        self.memory_interval = memory_interval
         self.client = client
         self.title = title
         self.stacklevel = stacklevel
@@ -71,24 +79,39 @@ class performance_report:
         self._spans0 = {s.id for s in self.source.spans(refresh=False)}
         self._stream0 = _try(lambda: self.source.task_stream_index())
         self._wall0 = time.time()
+        self._memory: list[list[float]] = []  # [time, process, managed, spilled]
+        self._sampler = None
+        if callable(getattr(self.source, "memory", None)):
+            self._sampler = Periodic(self._sample_memory, self.memory_interval, "report-memory")
+            _try(self._sampler.start)
         self._t0 = time.perf_counter()
         return self
 
+    def _sample_memory(self) -> None:
+        try:
+            m = self.source.memory()
+        except Exception:  # the cluster went away mid-block: keep what was sampled
+            return
+        self._memory.append([time.time(), m["process"], m["managed"], m["spilled"]])
+
     def __exit__(self, *exc: Any) -> None:
         duration = time.perf_counter() - self._t0
+        if self._sampler is not None:
+            self._sampler.stop()
         src = self.source
         metrics = _subtract(src.fine_metrics(), self._metrics0)
         spans = [s for s in src.spans(refresh=False) if s.id not in self._spans0]
         info = _try(src.info) or {}
         sections: dict[str, Any] = {}
-        # HOOK task stream: the records of the tasks that ran in the block
+        tasks = None  # the task stream records of the tasks that ran in the block
         if self._stream0 is not None:
-            sections["task_stream"] = _try(lambda: src.task_stream_since(self._stream0))
-        # HOOK flame graph: the statistical profile of the block
-        sections["profile"] = _try(lambda: _profile(src, self._wall0))
-        # HOOK memory over time, transfer bandwidth: no data API yet
-        sections["memory"] = None
-        sections["bandwidth"] = None
+            tasks = _try(lambda: src.task_stream_since(self._stream0))
+        # the statistical profile of the block: every task's and each prefix's
+        sections["profile"] = _try(lambda: read_static_profiles(src, start=self._wall0))
+        sections["memory"] = memory_section(self._memory)
+        sections["bandwidth"] = _try(
+            lambda: transfers(src.transfer_logs(), since=self._wall0, until=time.time())
+        )
         functions = {k[2] for k in metrics if k[0] == "execute" and len(k) == 5 and k[2]}
         progress = {p: st for p, st in (_try(src.progress) or {}).items() if p in functions}
         summary = {
@@ -109,9 +132,50 @@ class performance_report:
             progress=progress,
             summary=summary,
             sections={k: v for k, v in sections.items() if v},
+            tasks=tasks,
         )
         self.html = render_html(data)
         self.filename.write_text(self.html, encoding="utf-8")
+
+
+def memory_section(samples: list[list[float]]) -> dict | None:
+    """Memory samples as columns: times and process, managed, spilled bytes."""
+    if not samples:
+        return None
+    cols = list(zip(*samples))
+    return {
+        "time": list(cols[0]),
+        "process": list(cols[1]),
+        "managed": list(cols[2]),
+        "spilled": list(cols[3]),
+    }
+
+
+def transfers(
+    logs: dict[str, dict[str, list]], since: float, until: float, limit: int = 50_000
+) -> dict | None:
+    """Transfers that ended after ``since``, from the workers' incoming logs, as
+    columns: ``{"workers": [address], "to", "from" (indices), "start", "stop",
+    "bytes", "compressed"}``, the ``limit`` most recent; and the block's ``window``."""
+    rows = []
+    for worker, log in logs.items():
+        for e in log.get("incoming", ()):
+            if e.get("stop", 0) >= since:
+                rows.append((worker, str(e.get("peer", "")), e))
+    if not rows:
+        return None
+    rows.sort(key=lambda r: r[2]["start"])
+    rows = rows[-limit:]
+    names: dict[str, int] = {}
+    out: dict[str, list] = {k: [] for k in ("to", "from", "start", "stop", "bytes", "compressed")}
+    for to, frm, e in rows:
+        out["to"].append(names.setdefault(to, len(names)))
+        out["from"].append(names.setdefault(frm, len(names)))
+        out["start"].append(float(e["start"]))
+        out["stop"].append(float(e["stop"]))
+        out["bytes"].append(int(e.get("total", 0)))
+        out["compressed"].append(int(e.get("compressed", e.get("total", 0))))
+    return {"workers": list(names), "window": [since, until], **out}
 
 
 def _total(metrics: dict[tuple, float], context: str, activity: str, unit: str) -> float:
@@ -123,13 +187,6 @@ def _try(fn: Any) -> Any:
         return fn()
     except Exception:
         return None
-
-
-def _profile(source: Any, since_wall: float) -> Any:
-    from .profile import profile  # another view's module: optional here
-
-    tree = profile(source, start=since_wall, stop=None, key=None, prefix=None, workers=None)
-    return tree if tree and tree.get("count") else None
 
 
 def _subtract(after: dict[tuple, float], before: dict[tuple, float]) -> dict[tuple, float]:
@@ -179,6 +236,7 @@ def build_report_data(
     progress: dict,
     summary: dict,
     sections: dict,
+    tasks: list | None = None,
 ) -> dict:
     """The report's data: the same full messages a widget gets, buffers in base64."""
     parts = [
@@ -186,6 +244,8 @@ def build_report_data(
         RecordsFeed("spans").update(span_records(spans), full=True),
         RecordsFeed("progress").update(progress_records(progress), full=True),
     ]
+    if tasks:
+        parts.append(TaskStreamFeed(max_tasks=max(len(tasks), 1)).update(tasks, full=True))
     contents = []
     buffers: list[str] = []
     for msg in parts:
@@ -213,7 +273,9 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def render_html(data: dict) -> str:
+def render_html(data: dict, heading: str = "", note: str = "") -> str:
+    """The page: the renderer library, its styles and ``data``, inline. ``heading``
+    and ``note`` (HTML) are what a browser without scripts shows."""
     script = STATIC / "report.js"
     styles = STATIC / "widget.css"
     if not script.exists():
@@ -235,6 +297,7 @@ def render_html(data: dict) -> str:
 </style>
 </head>
 <body class="kc-report-page">
+<noscript><h1>{heading or html.escape(data["title"])}</h1><p>{note}</p></noscript>
 <div id="kc-report" class="kc-report"></div>
 <script type="application/json" id="kc-report-data">{_script_json(data)}</script>
 <script>

@@ -30,11 +30,29 @@ from ..diagnostics.feeds import (
     progress_records,
     span_records,
 )
+from ..diagnostics.profile_feed import ProfileFeed, read_profile_snapshot
+from ..diagnostics.stream_feed import TaskStreamFeed
 
 logger = logging.getLogger(__name__)
 
 MIN_INTERVAL = 0.25  # at most four updates per second per widget
-FEEDS = ("metrics", "spans", "progress")
+
+
+def _read_tasks(source: Any, feed: TaskStreamFeed) -> list[dict]:
+    if source.task_stream_index() == feed.next_index:
+        return []  # nothing new: skip copying the history's tail
+    return source.task_stream_since(feed.next_index)
+
+
+# name -> (make a feed, read its next snapshot from a source)
+READERS: dict[str, tuple[Callable[[], Any], Callable[[Any, Any], Any]]] = {
+    "metrics": (MetricsFeed, lambda src, _: src.fine_metrics(refresh=False)),
+    "spans": (lambda: RecordsFeed("spans"), lambda src, _: span_records(src.spans(refresh=False))),
+    "progress": (lambda: RecordsFeed("progress"), lambda src, _: progress_records(src.progress())),
+    "tasks": (TaskStreamFeed, _read_tasks),
+    "profile": (ProfileFeed, read_profile_snapshot),
+}
+FEEDS = tuple(READERS)
 
 
 class Publisher:
@@ -45,14 +63,18 @@ class Publisher:
         send: Callable[[dict[str, Any], list[bytes]], None],
         min_interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        options: dict[str, dict[str, Any]] | None = None,
     ):
+        """``feeds``: names among ``FEEDS``; ``options``: keyword arguments for a feed's
+        constructor, by name (e.g. ``{"tasks": {"max_tasks": 1000}}``)."""
         unknown = set(feeds) - set(FEEDS)
         if unknown:
             raise ValueError(f"Unknown feeds {sorted(unknown)}; choose among {FEEDS}.")
         self.source = source
         self.names = feeds
-        self.feeds: dict[str, MetricsFeed | RecordsFeed] = {
-            name: MetricsFeed() if name == "metrics" else RecordsFeed(name) for name in feeds
+        options = options or {}
+        self.feeds: dict[str, Any] = {
+            name: READERS[name][0](**options.get(name, {})) for name in feeds
         }
         self._send = send
         self.min_interval = max(min_interval, MIN_INTERVAL)
@@ -64,12 +86,7 @@ class Publisher:
         self._lock = threading.Lock()
 
     def _snapshot(self, name: str) -> Any:
-        src = self.source
-        if name == "metrics":
-            return src.fine_metrics(refresh=False)
-        if name == "spans":
-            return span_records(src.spans(refresh=False))
-        return progress_records(src.progress())
+        return READERS[name][1](self.source, self.feeds[name])
 
     def tick(self, force: bool = False) -> bool:
         """Send what changed since the last message, if the rate bound allows it now.

@@ -1,7 +1,10 @@
-"""Live notebook widgets: fine metrics, the span tree, progress, and all three at once.
+"""Live notebook widgets: fine metrics, the span tree, progress (all three at once in
+the dashboard), the task stream and the statistical profile's flame graph.
 
-    from kernel_cluster.jupyter.widgets import FineMetrics
-    FineMetrics(client)          # or client.dashboard() for everything
+    from kernel_cluster.jupyter.widgets import FineMetrics, ProfileFlameGraph, TaskStream
+    FineMetrics(client)          # or client.dashboard() for the first three
+    TaskStream(client)
+    ProfileFlameGraph(client)
 
 Each widget is an anywidget whose front-end is the renderer library in
 ``widgets/`` (bundled into ``static/``). The kernel pushes data: a background
@@ -10,6 +13,10 @@ thread reads the client's DiagnosticsSource and sends deltas, at most
 holds the data and does the filtering (unit, functions, activities, span), so
 those act at once, even while the kernel is busy. Filter choices are synced
 traits: they survive re-rendering, and Python can read or set them.
+
+The task stream's new records go as deltas of typed columns; the flame graph gets
+the profile of the task prefix and time window chosen in the browser (synced
+traits, read by the kernel at most once a second, or at once when they change).
 
 Messages from the browser are JSON, checked here; only ``{"type": "refresh"}``
 (send me everything) is acted upon. ``close()`` stops the updates.
@@ -26,6 +33,7 @@ import anywidget
 import traitlets
 
 from .live import Poller, Publisher
+from .notebook import source_of
 
 logger = logging.getLogger(__name__)
 
@@ -44,20 +52,6 @@ def bundle_path() -> pathlib.Path:
     return BUNDLE
 
 
-def source_of(obj: Any) -> Any:
-    """The DiagnosticsSource behind a Client, or ``obj`` itself if it is one."""
-    diagnostics = getattr(type(obj), "_diagnostics", None)
-    if diagnostics is not None:  # a Client: its engine's source
-        return obj._diagnostics
-    for method in ("fine_metrics", "spans", "progress"):
-        if not callable(getattr(obj, method, None)):
-            raise TypeError(
-                f"Expected a kernel_cluster Client or a DiagnosticsSource, got "
-                f"{type(obj).__name__} (it has no {method}() method)."
-            )
-    return obj
-
-
 class _LiveWidget(anywidget.AnyWidget):
     # the bundle's text, read when a widget is made (so a rebuilt bundle is picked up)
     _esm = traitlets.Unicode("").tag(sync=True)
@@ -66,6 +60,7 @@ class _LiveWidget(anywidget.AnyWidget):
     # names this widget's data in the browser, where all its views share it
     _uid = traitlets.Unicode("").tag(sync=True)
     _feeds: tuple[str, ...] = ()
+    _min_interval = 0.25
 
     def __init__(
         self,
@@ -79,18 +74,34 @@ class _LiveWidget(anywidget.AnyWidget):
         """``client``: a Client (or any DiagnosticsSource). ``interval``: seconds between
         updates (at least 0.25). ``autostart=False`` sends nothing until ``update()``."""
         bundle = bundle_path()
+        options = self._feed_options(kwargs)
         super().__init__(_esm=_read(bundle), _css=_read(STYLES), _uid=uuid.uuid4().hex, **kwargs)
         self.source = source_of(client)
         extra = {"clock": clock} if clock is not None else {}
+        interval = max(interval, self._min_interval)
         self.publisher = Publisher(
-            self.source, self._feeds, self._send_update, min_interval=interval, **extra
+            self.source,
+            self._feeds,
+            self._send_update,
+            min_interval=interval,
+            options=options,
+            **extra,
         )
+        self._publisher_ready()
         self.on_msg(self._on_browser_message)
         self._poller: Poller | None = None
+        self._closed = False
         if autostart:
             self.publisher.tick(force=True)
             self._poller = Poller(self.publisher, interval, name=f"kernel-cluster-{self.kind}")
             self._poller.start()
+
+    def _feed_options(self, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Take this widget's feed settings out of the constructor's keyword arguments."""
+        return {}
+
+    def _publisher_ready(self) -> None:
+        """Called once the publisher exists, before the first update."""
 
     # -- kernel -> browser ------------------------------------------------------------------
 
@@ -122,6 +133,7 @@ class _LiveWidget(anywidget.AnyWidget):
 
     def close(self) -> None:
         """Stop the updates and close the views."""
+        self._closed = True
         poller = getattr(self, "_poller", None)
         if poller is not None:
             poller.stop()
@@ -167,10 +179,68 @@ class SpanTree(_LiveWidget):
 
 
 class Progress(_LiveWidget):
-    """A progress bar per task prefix, split by task state."""
+    """A progress bar per task prefix, split by task state. Outside a notebook,
+    ``show_text()`` draws the same bars as text in the terminal."""
 
     kind = traitlets.Unicode("progress").tag(sync=True)
     _feeds = ("progress",)
+
+    def show_text(self, **kwargs: Any) -> Any:
+        """Text bars until every task is done (see ``diagnostics.progress_text``);
+        stops this widget's updates to the browser first (nobody is looking)."""
+        from ..diagnostics.progress_text import TextProgress
+
+        self.close()
+        return TextProgress(self.source, **kwargs).run()
+
+
+class TaskStream(_LiveWidget):
+    """Every task's compute, transfer, disk and deserialize times, one row per worker
+    thread, zoomable (wheel) and pannable (drag); double-click follows the newest
+    again. ``max_tasks``: how many of the most recent tasks the view keeps."""
+
+    kind = traitlets.Unicode("task-stream").tag(sync=True)
+    _feeds = ("tasks",)
+
+    def _feed_options(self, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {"tasks": {"max_tasks": int(kwargs.pop("max_tasks", 100_000))}}
+
+
+class ProfileFlameGraph(_LiveWidget):
+    """The workers' statistical profile as a flame graph: click a frame to zoom into
+    it; pick a task prefix; drag over the timeline of samples to choose a time window.
+
+    ``prefix`` (``""``: every task), ``start`` and ``stop`` (scheduler times, None:
+    open) are the selection, synced with the browser and settable from Python."""
+
+    kind = traitlets.Unicode("flame-graph").tag(sync=True)
+    prefix = traitlets.Unicode("").tag(sync=True)
+    start = traitlets.Float(None, allow_none=True).tag(sync=True)
+    stop = traitlets.Float(None, allow_none=True).tag(sync=True)
+    _feeds = ("profile",)
+    _min_interval = 1.0  # reading a profile asks every worker: once a second at most
+
+    def _feed_options(self, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {"profile": {"max_frames": int(kwargs.pop("max_frames", 20_000))}}
+
+    def _publisher_ready(self) -> None:
+        self._select()
+
+    def _select(self) -> None:
+        start, stop = self.start, self.stop
+        if start is not None and stop is not None and stop < start:
+            start, stop = stop, start  # a window brushed right to left, or set so
+        self.publisher.feeds["profile"].select(self.prefix or None, start, stop)
+
+    @traitlets.observe("prefix", "start", "stop")
+    def _selection_changed(self, change: dict) -> None:
+        if getattr(self, "publisher", None) is None or self._closed:
+            return
+        self._select()
+        try:  # the user is waiting for this one: no rate bound
+            self.publisher.tick(force=True)
+        except (RuntimeError, TimeoutError, ValueError) as exc:
+            logger.info("Cannot update the flame graph: %s", exc)
 
 
 class Dashboard(FineMetrics):

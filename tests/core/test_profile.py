@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import pickle
+import re
 import sys
 
 import pytest
@@ -25,6 +28,7 @@ from kernel_cluster.core.profile import (
     validate,
 )
 from kernel_cluster.diagnostics.flamegraph import flame_graph_html
+from kernel_cluster.diagnostics.profile_feed import unflatten
 from kernel_cluster.diagnostics.timewindow import parse_duration, resolve_window
 
 F = describe("work.py", "f", 3, "g()")
@@ -130,7 +134,8 @@ def test_stacks_deeper_than_the_recursion_limit():
     assert to_flat(back) == to_flat(b)
     assert sum(1 for _ in iter_nodes(back)) == n + 2
     page = flame_graph_html(back)
-    assert page.count("<g ") == n + 2
+    assert page_tree(page)["count"] == 4
+    assert page_data(page)["profiles"]["trees"][""]["header"]["nframes"] == n + 2
 
 
 def test_flat_form_round_trips():
@@ -237,14 +242,29 @@ def test_time_windows_as_users_write_them():
         resolve_window("soon", None, now)
 
 
+def page_data(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="kc-report-data">(.*?)</script>', page, re.S)
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+def page_tree(page: str, prefix: str = "") -> dict:
+    entry = page_data(page)["profiles"]["trees"][prefix]
+    return unflatten(entry["header"], [base64.b64decode(b) for b in entry["buffers"]])
+
+
 def test_flame_graph_page_is_self_contained():
     tree = new_tree()
     add_stack(tree, [F, G])
-    add_stack(tree, [F, describe("<b>&.py", "h<i>", 1, "x < y")])
-    page = flame_graph_html(tree, title="t")
-    assert ">f<" in page and ">g<" in page
-    assert "h&lt;i&gt;" in page and "<i>" not in page
+    add_stack(tree, [F, describe("<b>&.py", "h</script><i>", 1, "x < y")])
+    page = flame_graph_html(tree, title="t</title>")
+    back = page_tree(page)
+    assert back == tree
+    assert page_data(page)["title"] == "t</title>"
+    assert "<i>" not in page and "</script><i>" not in page and "t</title>" not in page
     for attr in ("src=", "href="):
         assert f'{attr}"http' not in page and f"{attr}'http" not in page
-    assert "http://" not in page and "https://" not in page
+    # nothing fetched: no element loads from elsewhere (XML namespace names are not fetches)
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)
+    assert "2 samples" in page
     assert "No samples" in flame_graph_html(new_tree())

@@ -6,6 +6,9 @@ clusters are shared by the tests of this module, and a window takes whole cycles
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 import sys
 import threading
 import time
@@ -15,6 +18,7 @@ import pytest
 from kernel_cluster import Client, KernelCluster
 from kernel_cluster.core.profile import depth, inclusive_counts, iter_nodes, new_tree, validate
 from kernel_cluster.core.spec import Call, evaluate
+from kernel_cluster.diagnostics.profile_feed import unflatten
 from kernel_cluster.engine.profiler import Profiler
 
 
@@ -170,13 +174,21 @@ def test_filename_writes_a_self_contained_flame_graph(client, tmp_path):
     path = tmp_path / "profile.html"
     tree = client.profile(start=t0, prefix="g_then_h", filename=path)
     page = path.read_text()
-    for name in ("g_then_h", ">g<", ">h<"):
-        assert name in page
+    data = json.loads(
+        re.search(r'id="kc-report-data">(.*?)</script>', page, re.S).group(1)  # type: ignore[union-attr]
+    )
+    entry = data["profiles"]["trees"][""]
+    shown = unflatten(entry["header"], [base64.b64decode(b) for b in entry["buffers"]])
+    assert shown == tree  # the page carries the whole profile
+    names = {n["description"]["name"] for _, n in iter_nodes(shown)}
+    assert {"g_then_h", "g", "h"} <= names
+    assert data["title"] == "Profile of tasks 'g_then_h'"
     assert f"{tree['count']} samples" in page
     for attr in ("src=", "href="):
         for scheme in ("http:", "https:", "//"):
             assert f'{attr}"{scheme}' not in page and f"{attr}'{scheme}" not in page
-    assert "http://" not in page and "https://" not in page
+    # nothing fetched: no element loads from elsewhere (XML namespace names are not fetches)
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)
 
 
 def test_profile_off_starts_no_sampler(processes):

@@ -61,3 +61,68 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def record(index: int, key: str, worker: str = "w1", thread: int = 1, start: float = 0.0, **kw):
+    """A task stream record: ``startstops`` default to one compute of 1 s at ``start``."""
+    out = {
+        "index": index,
+        "key": key,
+        "prefix": key.split("-")[0],
+        "span_id": None,
+        "worker": worker,
+        "thread": thread,
+        "status": "OK",
+        "nbytes": 8,
+        "startstops": [{"action": "compute", "start": start, "stop": start + 1.0}],
+    }
+    out.update(kw)
+    return out
+
+
+class StreamSource(FakeSource):
+    """A FakeSource with a task stream, a profile and memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream: list[dict] = []
+        self.stream_reads = 0
+        self.trees: dict[str | None, dict] = {}  # profile by prefix (None: all)
+        self.meta: dict = {"counts": [], "keys": {}, "cycle_interval": 1.0}
+        self.profile_reads = 0
+        self.mem = {"process": 100, "managed": 10, "unmanaged": 90, "spilled": 0}
+        self.t = 1000.0
+
+    def add(self, *keys: str, **kw) -> None:
+        for key in keys:
+            self.stream.append(record(len(self.stream), key, **kw))
+
+    def now(self) -> float:
+        return self.t
+
+    def task_stream_index(self) -> int:
+        self._check()
+        return len(self.stream)
+
+    def task_stream_since(self, index: int) -> list[dict]:
+        self._check()
+        self.stream_reads += 1
+        return [dict(r) for r in self.stream[index:]]
+
+    def profiles(self, start=None, stop=None, prefix=None, workers=None) -> dict:
+        from kernel_cluster.core.profile import new_tree, to_flat
+
+        self._check()
+        self.profile_reads += 1
+        return {"w1": to_flat(self.trees.get(prefix) or new_tree())}
+
+    def profile_metadata(self, start=None, stop=None, workers=None) -> dict:
+        self._check()
+        return {"w1": self.meta}
+
+    def profile_interval(self) -> float:
+        return 0.01
+
+    def memory(self) -> dict:
+        self._check()
+        return dict(self.mem)

@@ -7,6 +7,8 @@ import time
 import pytest
 
 from kernel_cluster.diagnostics.feeds import MetricsReader, RecordsReader
+from kernel_cluster.diagnostics.profile_feed import ProfileReader
+from kernel_cluster.diagnostics.stream_feed import TaskStreamReader
 from kernel_cluster.jupyter.live import MIN_INTERVAL, Poller, Publisher
 
 from .fakes import Clock, FakeSource, span_info
@@ -22,6 +24,8 @@ class Browser:
         self.metrics = MetricsReader()
         self.spans = RecordsReader()
         self.progress = RecordsReader()
+        self.tasks = TaskStreamReader()
+        self.profile = ProfileReader()
 
     def __call__(self, content: dict, buffers: list[bytes]) -> None:
         assert content["type"] == "update"

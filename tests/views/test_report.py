@@ -83,3 +83,68 @@ def test_report_without_bundle_says_how_to_build(tmp_path, monkeypatch):
         performance_report(filename=tmp_path / "r.html", client=FakeSource()),
     ):
         pass
+
+
+def crunch_numbers(x):
+    total = 0
+    for i in range(400_000):  # pure Python, long enough for the profiler to see it
+        total += i * x
+    return total
+
+
+def report_sections(html: str):
+    from kernel_cluster.diagnostics.profile_feed import unflatten
+    from kernel_cluster.diagnostics.stream_feed import TaskStreamReader
+
+    data = report_data(html)
+    (update,) = data["updates"]
+    buffers = [base64.b64decode(b) for b in update["buffers"]]
+    tasks = TaskStreamReader()
+    at = 0
+    for part in update["parts"]:
+        own = buffers[at : at + part["nbuffers"]]
+        at += part["nbuffers"]
+        if part["feed"] == "tasks":
+            tasks.apply(part, own)
+    trees = {
+        prefix: unflatten(t["header"], [base64.b64decode(b) for b in t["buffers"]])
+        for prefix, t in (data["sections"].get("profile") or {"trees": {}})["trees"].items()
+    }
+    return data["sections"], tasks, trees
+
+
+def test_report_holds_task_stream_profile_memory_and_transfers(client, tmp_path):
+    out = tmp_path / "report.html"
+    with performance_report(filename=out, client=client, memory_interval=0.02):
+        parts = client.map(crunch_numbers, range(8))
+        total = client.submit(sum, parts)  # gathers results from both workers
+        total.result()
+        time.sleep(0.1)
+    sections, tasks, trees = report_sections(out.read_text())
+    assert len(tasks.keys) == 9
+    assert {t["prefix"] for t in tasks.tasks} == {"crunch_numbers", "sum"}
+    actions = {r["action"] for r in tasks.rects}
+    assert "compute" in actions and "transfer" in actions
+    memory = sections["memory"]
+    assert len(memory["time"]) >= 3 and min(memory["process"]) > 10_000_000
+    bandwidth = sections["bandwidth"]
+    assert bandwidth["bytes"] and all(b > 0 for b in bandwidth["bytes"])
+    assert len(bandwidth["workers"]) == 2 and bandwidth["window"][0] <= min(bandwidth["start"])
+    if trees:  # sampled every 10 ms: a busy machine may still miss a short block
+        names = {n["description"]["name"] for n in _nodes(trees[""])}
+        assert "crunch_numbers" in names
+
+
+def _nodes(tree):
+    from kernel_cluster.core.profile import iter_nodes
+
+    return [n for _, n in iter_nodes(tree)]
+
+
+def test_report_without_engine_extras_has_no_such_sections(tmp_path):
+    source = FakeSource()  # no task stream, profiles, memory or transfer logs
+    with performance_report(filename=tmp_path / "r.html", client=source):
+        source.metrics[("execute", "s1", "f", "thread-cpu", "seconds")] = 1.0
+    data = report_data((tmp_path / "r.html").read_text())
+    assert data["sections"] == {}
+    assert [p["feed"] for p in data["updates"][0]["parts"]] == ["metrics", "spans", "progress"]

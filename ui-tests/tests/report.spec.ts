@@ -1,11 +1,21 @@
 // A generated performance report opens from disk, offline, and shows its panels.
-import { expect, test } from '@playwright/test';
+import { expect, test, type Locator } from '@playwright/test';
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 
 const venv = process.env.KC_VENV || path.resolve(__dirname, '..', '..', '.venv');
 const artifacts = path.resolve(__dirname, '..', 'artifacts');
+
+/** Pixels of a canvas that are not transparent. */
+async function paintedPixels(canvas: Locator): Promise<number> {
+  return canvas.evaluate((c: HTMLCanvasElement) => {
+    const data = (c.getContext('2d') as CanvasRenderingContext2D).getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; i < data.length; i += 4) if (data[i] > 0) n++;
+    return n;
+  });
+}
 
 test('a performance report opens offline and shows its panels', async ({ browser }) => {
   fs.mkdirSync(artifacts, { recursive: true });
@@ -32,13 +42,46 @@ test('a performance report opens offline and shows its panels', async ({ browser
   await expect(page.locator('.kc-code')).toContainText('with performance_report');
   await page.screenshot({ path: path.join(artifacts, 'report.png'), fullPage: true });
 
+  // the task stream: a canvas with the block's tasks, and their names on hover
+  const stream = page.locator('#task-stream');
+  await expect(stream.locator('.kc-title')).toContainText(/49 tasks/);
+  const streamCanvas = stream.locator('canvas');
+  await streamCanvas.scrollIntoViewIfNeeded();
+  expect(await paintedPixels(streamCanvas)).toBeGreaterThan(5000);
+  await expect(stream.locator('.kc-legend-item[data-label="load"]')).toBeVisible();
+  await expect(stream.locator('.kc-legend-item[data-label="transfer"]')).toBeVisible();
+  const box = (await streamCanvas.boundingBox())!;
+  await page.mouse.move(box.x + 84 + 40, box.y + 30); // early on the first thread: a load
+  await expect(stream.locator('.kc-tooltip')).toContainText(/load-[0-9a-f]+/);
+  await stream.screenshot({ path: path.join(artifacts, 'report-task-stream.png') });
+
+  // the flame graph: frames on a canvas; hover names file and line; click zooms
+  const flame = page.locator('#profile');
+  await expect(flame.locator('.kc-title')).toContainText(/\d+ samples/);
+  const flameCanvas = flame.locator('canvas.kc-flame');
+  await flameCanvas.scrollIntoViewIfNeeded();
+  expect(await paintedPixels(flameCanvas)).toBeGreaterThan(5000);
+  const fbox = (await flameCanvas.boundingBox())!;
+  await page.mouse.move(fbox.x + 5, fbox.y + 18 + 9); // the first frame under the root
+  await expect(flame.locator('.kc-tooltip')).toContainText(/\.py:\d+/);
+  await expect(flame.locator('.kc-tooltip')).toContainText(/% of all/);
+  await flame.locator('select.kc-prefix-select').selectOption('crunch');
+  await expect(flame.locator('.kc-title')).toContainText('crunch ·');
+  await flame.screenshot({ path: path.join(artifacts, 'report-flame-graph.png') });
+
+  // memory over time and transfers between the two workers
+  await expect(page.locator('#memory path[data-series="process"]')).toBeAttached();
+  await expect(page.locator('#bandwidth tr[data-pair]').first()).toBeAttached();
+  await page.locator('#memory').screenshot({ path: path.join(artifacts, 'report-memory.png') });
+  await page.locator('#bandwidth').screenshot({ path: path.join(artifacts, 'report-bandwidth.png') });
+
   // the span tree filters the panels
   await page.locator('.kc-tree-row[data-name="etl / load"]').click();
   await expect(byFunction.locator('g.kc-row')).toHaveCount(1);
   await expect(byFunction.locator('g.kc-row')).toHaveAttribute('data-label', 'load');
   // tooltips: value and share of the row
   await byFunction.locator('g[data-label="load"] rect[data-activity="thread-noncpu"]').hover();
-  await expect(page.locator('.kc-tooltip')).toContainText(/load · thread-noncpu: .* \(\d+% of /);
+  await expect(page.locator('#fine-metrics .kc-tooltip')).toContainText(/load · thread-noncpu: .* \(\d+% of /);
   // the unit selector
   await page.locator('select.kc-unit').selectOption('bytes');
   await expect(byFunction.locator('rect[data-activity="output"]')).toBeVisible();

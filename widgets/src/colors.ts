@@ -39,3 +39,50 @@ export function activityColor(activity: string | null): string {
   const name = activity ?? '(none)';
   return KNOWN[name] ?? EXTRA[hashString(name) % EXTRA.length];
 }
+
+// -- task stream and flame graph ------------------------------------------------------
+
+/** Fixed colours of the task stream's non-compute actions, as the seeds list them:
+ * transfer red, disk orange, (de)serialization gray. Indexed by action number
+ * (kernel_cluster/diagnostics/stream_feed.py ACTIONS); 0, compute, takes the prefix's. */
+export const ACTIONS = ['compute', 'transfer', 'disk-read', 'disk-write', 'deserialize'] as const;
+export const ACTION_COLORS: Record<string, string> = {
+  transfer: '#d62728',
+  'disk-read': '#ff8c1a',
+  'disk-write': '#f5a54a',
+  deserialize: '#9a9a9a',
+};
+
+/** Colours for task prefixes, given out in the order prefixes appear: none red,
+ * orange or gray, so that the actions stand out, and neighbours far apart. */
+export const PREFIX_PALETTE = [
+  '#1f77b4', '#2ca02c', '#9467bd', '#17becf', '#e377c2', '#bcbd22', '#8c564b', '#3c5488',
+  '#66a61e', '#e7298a', '#4dbbd5', '#6a3d9a', '#1b9e77', '#f0e442', '#7e6148', '#a6cee3',
+  '#b2df8a', '#cab2d6', '#00a087', '#393b79',
+];
+
+/** Hands out palette colours to names in the order they are first asked for. */
+export class ColorAssigner {
+  private given = new Map<string, string>();
+
+  constructor(private palette: string[] = PREFIX_PALETTE) {}
+
+  color(name: string): string {
+    let c = this.given.get(name);
+    if (c === undefined) {
+      c = this.palette[this.given.size % this.palette.length];
+      this.given.set(name, c);
+    }
+    return c;
+  }
+}
+
+/** Warm colours for a flame graph's frames, one per source file. */
+export const FLAME_PALETTE = [
+  '#e45f3c', '#f08a4b', '#f4a259', '#f6c453', '#e9d66b', '#d9774b', '#eb6f5a', '#f29e6d',
+  '#c9683f', '#f7b267', '#e8845c', '#dda15e', '#f4d35e', '#ee964b', '#d65f5f', '#f2b880',
+];
+
+export function fileColor(file: string): number {
+  return hashString(file) % FLAME_PALETTE.length;
+}

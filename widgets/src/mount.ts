@@ -3,11 +3,14 @@
 import type { Filters } from './aggregate';
 import { h } from './dom';
 import { FineMetricsView } from './fineMetrics';
+import { FlameGraphView } from './flameGraph';
+import { liveProfileSource } from './profileSources';
 import { ProgressView } from './progress';
 import { SpanTreeView } from './spanTree';
+import { TaskStreamView } from './taskStream';
 import type { Store } from './store';
 
-export type Kind = 'fine-metrics' | 'span-tree' | 'progress' | 'dashboard';
+export type Kind = 'fine-metrics' | 'span-tree' | 'progress' | 'dashboard' | 'task-stream' | 'flame-graph';
 
 export interface Binding {
   get(name: string): unknown;
@@ -42,6 +45,8 @@ export interface Mounted {
   fineMetrics?: FineMetricsView;
   spanTree?: SpanTreeView;
   progress?: ProgressView;
+  taskStream?: TaskStreamView;
+  flameGraph?: FlameGraphView;
   destroy(): void;
 }
 
@@ -64,6 +69,8 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
     host = main;
   }
   if (kind === 'progress') out.progress = new ProgressView(el, store);
+  if (kind === 'task-stream') out.taskStream = new TaskStreamView(el, store, { width });
+  if (kind === 'flame-graph') out.flameGraph = new FlameGraphView(el, liveProfileSource(store, b), { width });
   if (kind === 'span-tree') {
     out.spanTree = new SpanTreeView(el, store, {
       selected: String(b.get('selected') ?? ''),
@@ -92,7 +99,7 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
     const tree = out.spanTree;
     cleanups.push(b.onChange(['selected'], () => tree.select(String(b.get('selected') ?? ''))));
   }
-  for (const view of [out.fineMetrics, out.spanTree, out.progress]) {
+  for (const view of [out.fineMetrics, out.spanTree, out.progress, out.taskStream, out.flameGraph]) {
     if (view) cleanups.push(() => view.destroy());
   }
   return out;

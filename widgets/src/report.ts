@@ -4,8 +4,13 @@
 import { h } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import { mount, type Binding } from './mount';
+import { FlameGraphView } from './flameGraph';
+import { FlatProfile } from './profileData';
+import { staticProfileSource, type StaticProfiles } from './profileSources';
+import { memoryView, transferView, type MemorySection, type TransferSection } from './reportCharts';
 import { Store } from './store';
-import type { Part } from './types';
+import { TaskStreamView } from './taskStream';
+import type { FlatProfileHeader, Part, Timeline } from './types';
 
 export interface ReportData {
   title: string;
@@ -50,14 +55,6 @@ export function localBinding(initial: Record<string, unknown> = {}): Binding {
   };
 }
 
-/** Hooks for views whose data APIs are still being built: a section each. */
-export const HOOKS: [string, string][] = [
-  ['task_stream', 'Task stream'],
-  ['profile', 'Flame graph (statistical profile)'],
-  ['memory', 'Memory over time'],
-  ['bandwidth', 'Transfer bandwidth'],
-];
-
 export function renderReport(root: HTMLElement, data: ReportData): void {
   const store = new Store();
   for (const u of data.updates) store.applyUpdate(u.parts, u.buffers.map(decodeBase64));
@@ -79,43 +76,76 @@ export function renderReport(root: HTMLElement, data: ReportData): void {
   const table = h('table', { class: 'kc-summary' });
   for (const [k, v] of facts) table.append(h('tr', {}, h('th', { text: k }), h('td', { text: v })));
   const views = h('section', { class: 'kc-report-section', id: 'fine-metrics' });
-  const hooks = h('section', { class: 'kc-report-section', id: 'more' });
-  for (const [key, title] of HOOKS) {
-    const present = data.sections[key];
-    hooks.append(
-      h(
-        'div',
-        { class: 'kc-hook', 'data-hook': key },
-        h('h3', { text: title }),
-        h('p', {
-          class: 'kc-empty',
-          text: present
-            ? `Recorded${Array.isArray(present) ? ` (${present.length} records)` : ''}; drawing it is not built yet.`
-            : 'Not recorded in this report.',
-        }),
-      ),
-    );
-  }
+  const stream = h('section', { class: 'kc-report-section', id: 'task-stream' }, h('h2', { text: 'Task stream' }));
+  const profile = h('section', { class: 'kc-report-section', id: 'profile' }, h('h2', { text: 'Flame graph (statistical profile)' }));
+  const memory = h('section', { class: 'kc-report-section', id: 'memory' }, h('h2', { text: 'Memory over time' }));
+  const bandwidth = h('section', { class: 'kc-report-section', id: 'bandwidth' }, h('h2', { text: 'Transfers between workers' }));
   root.append(
     h('header', { class: 'kc-report-header' }, h('h1', { text: data.title }), theme),
     h('section', { class: 'kc-report-section', id: 'summary' }, h('h2', { text: 'Summary' }), table),
     h('h2', { text: 'Fine performance metrics and spans' }),
     views,
+    stream,
+    profile,
     h('section', { class: 'kc-report-section', id: 'code' }, h('h2', { text: 'Code' }),
       h('div', { class: 'kc-code-file', text: s.filename ?? '' }), h('pre', { class: 'kc-code', text: s.code })),
-    h('h2', { text: 'More views' }),
-    hooks,
+    memory,
+    bandwidth,
   );
   mount('dashboard', views, store, localBinding({ unit: 'seconds', span_filter: '', selected: '' }));
+  if (store.tasks.ntasks) new TaskStreamView(stream, store);
+  else stream.append(h('p', { class: 'kc-empty', text: 'No task ran in this block.' }));
+  const profiles = data.sections.profile as EmbeddedProfiles | undefined;
+  if (profiles) new FlameGraphView(profile, staticProfileSource(decodeProfiles(profiles)));
+  else profile.append(h('p', { class: 'kc-empty', text: 'No samples: the block was too short, or the profiler is off.' }));
+  const mem = data.sections.memory as MemorySection | undefined;
+  if (mem && mem.time.length) memoryView(memory, mem);
+  else memory.append(h('p', { class: 'kc-empty', text: 'Not sampled.' }));
+  const moved = data.sections.bandwidth as TransferSection | undefined;
+  if (moved && moved.bytes.length) transferView(bandwidth, moved);
+  else bandwidth.append(h('p', { class: 'kc-empty', text: 'No data moved between workers in this block.' }));
+}
+
+/** Profiles as a page carries them (kernel_cluster/diagnostics/profile_feed.py static_profiles). */
+export interface EmbeddedProfiles {
+  trees: Record<string, { header: FlatProfileHeader; buffers: string[] }>;
+  timeline: Timeline;
+  interval: number;
+}
+
+export function decodeProfiles(data: EmbeddedProfiles): StaticProfiles {
+  const trees: Record<string, FlatProfile> = {};
+  for (const [prefix, t] of Object.entries(data.trees)) trees[prefix] = FlatProfile.fromMessage(t.header, t.buffers.map(decodeBase64));
+  return { trees, timeline: data.timeline, interval: data.interval };
+}
+
+export interface FlamePageData {
+  page: 'flamegraph';
+  title: string;
+  summary: string;
+  profiles: EmbeddedProfiles;
+}
+
+/** The page of ``client.profile(filename=...)``: one flame graph. */
+export function renderFlamePage(root: HTMLElement, data: FlamePageData): FlameGraphView {
+  root.append(h('header', { class: 'kc-report-header' }, h('h1', { text: data.title })), h('p', { class: 'kc-note', text: data.summary }));
+  return new FlameGraphView(root, staticProfileSource(decodeProfiles(data.profiles)));
 }
 
 function main(): void {
   const node = document.getElementById('kc-report-data');
   const root = document.getElementById('kc-report');
   if (!node || !root) return;
-  renderReport(root, JSON.parse(node.textContent ?? '{}') as ReportData);
+  const data = JSON.parse(node.textContent ?? '{}');
+  if (data.page === 'flamegraph') renderFlamePage(root, data as FlamePageData);
+  else renderReport(root, data as ReportData);
   root.dataset.ready = 'true';
 }
+
+/** The library for scripts on a report's page (and the browser tests' benchmarks). */
+export const api = { Store, TaskStreamView, FlameGraphView, FlatProfile, staticProfileSource, renderReport, renderFlamePage };
+
+if (typeof window !== 'undefined') (window as unknown as { kernelCluster: typeof api }).kernelCluster = api;
 
 if (typeof document !== 'undefined') {
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', main);

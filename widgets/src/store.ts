@@ -1,14 +1,12 @@
 // What the browser holds: every metric row, span and task prefix the kernel sent,
 // rebuilt from full messages and deltas. One store per widget model, shared by
 // all its views, so a second view shows everything at once.
-import type { Buffer, MetricsPart, Part, RecordsPart, SpanRecord, StateCounts } from './types';
+import { toArrayBuffer } from './buffers';
+import { ProfileData } from './profileData';
+import { TaskTable } from './taskTable';
+import type { Buffer, MetricsPart, Part, ProfilePart, RecordsPart, SpanRecord, StateCounts, TasksPart } from './types';
 
-export function toArrayBuffer(b: Buffer): ArrayBuffer {
-  if (b instanceof ArrayBuffer) return b;
-  const view = b as ArrayBufferView;
-  // a copy: typed arrays need an aligned offset, which a view into a message may lack
-  return view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength) as ArrayBuffer;
-}
+export { toArrayBuffer };
 
 export interface MetricRow {
   context: string | null;
@@ -85,6 +83,8 @@ export class Store {
   metrics = new MetricsTable();
   spans = new RecordsTable<SpanRecord>();
   progress = new RecordsTable<StateCounts>();
+  tasks = new TaskTable();
+  profile = new ProfileData();
   /** A delta arrived that does not follow what we hold: ask for everything. */
   stale = false;
   private listeners = new Set<() => void>();
@@ -96,6 +96,8 @@ export class Store {
       at += part.nbuffers;
       let ok: boolean;
       if (part.feed === 'metrics') ok = this.metrics.apply(part, own);
+      else if (part.feed === 'tasks') ok = this.tasks.apply(part as TasksPart, own);
+      else if (part.feed === 'profile') ok = this.profile.apply(part as ProfilePart, own);
       else if (part.feed === 'spans') ok = this.spans.apply(part as RecordsPart<SpanRecord>);
       else ok = this.progress.apply(part as RecordsPart<StateCounts>);
       if (part.full) this.stale = false;

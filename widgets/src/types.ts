@@ -34,7 +34,49 @@ export interface RecordsPart<T = unknown> {
   nbuffers: number;
 }
 
-export type Part = MetricsPart | RecordsPart;
+/** New task stream records as columns (kernel_cluster/diagnostics/stream_feed.py). */
+export interface TasksPart {
+  feed: 'tasks';
+  seq: number;
+  full: boolean;
+  strings: string[];
+  rows: [number, number][];
+  first_task: number;
+  drop_before: number;
+  keys: string[];
+  nbuffers: number;
+}
+
+/** A profile tree laid out in pre-order (kernel_cluster/diagnostics/profile_feed.py). */
+export interface FlatProfileHeader {
+  strings: string[];
+  total: number;
+  nframes: number;
+}
+
+export interface Timeline {
+  counts: [number, number][];
+  keys: Record<string, [number, number][]>;
+}
+
+export interface ProfileSelection {
+  prefix: string | null;
+  start: number | null;
+  stop: number | null;
+}
+
+export interface ProfilePart {
+  feed: 'profile';
+  seq: number;
+  full: boolean;
+  interval: number;
+  selection: ProfileSelection;
+  timeline: Timeline | null;
+  tree: FlatProfileHeader | null;
+  nbuffers: number;
+}
+
+export type Part = MetricsPart | RecordsPart | TasksPart | ProfilePart;
 
 export interface UpdateMessage {
   type: 'update';
