@@ -113,14 +113,16 @@ class ContextMeter:
 
 
 class _Scope:
-    __slots__ = ("_callback", "_frame", "_meter", "_tokens")
+    """Reusable, but not re-entrant: one ``with`` at a time (a task thread's tasks)."""
+
+    __slots__ = ("_callbacks", "_frame", "_meter", "_tokens")
 
     def __init__(self, meter: ContextMeter, callback: Callback, frame: MeterFrame):
-        self._meter, self._callback, self._frame = meter, callback, frame
+        self._meter, self._callbacks, self._frame = meter, (callback,), frame
 
     def __enter__(self) -> MeterFrame:
         m = self._meter
-        self._tokens = (m._callbacks.set((self._callback,)), m._frame.set(self._frame))
+        self._tokens = (m._callbacks.set(self._callbacks), m._frame.set(self._frame))
         return self._frame
 
     def __exit__(self, *exc: object) -> None:
