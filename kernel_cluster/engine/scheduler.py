@@ -116,24 +116,14 @@ class Scheduler:
         if not plugins:
             return
         t = type(ev)
-        if t is TaskFinished:
+        if t is TaskFinished or t is TaskErred:  # the task ran: where, when, what it made
             kw = {
                 "prefix": ts.prefix.name,
                 "span_id": ts.group.span_id,
                 "worker": ev.worker,
                 "startstops": ev.startstops,
                 "thread": ev.thread,
-                "nbytes": ev.nbytes,
-                "stimulus_id": ev.stimulus_id,
-            }
-        elif t is TaskErred:
-            kw = {
-                "prefix": ts.prefix.name,
-                "span_id": ts.group.span_id,
-                "worker": ev.worker,
-                "startstops": ev.startstops,
-                "thread": ev.thread,
-                "nbytes": 0,
+                "nbytes": ev.nbytes if t is TaskFinished else 0,
                 "stimulus_id": ev.stimulus_id,
             }
         else:
