@@ -33,6 +33,7 @@ from .core.spec import (
     TaskSpec,
     flatten_keys,
     graph_order,
+    holds_refs,
     pack_results,
     parse_graph,
 )
@@ -680,7 +681,7 @@ def _replace_futures(obj: Any, deps: set, client: Client) -> Any:
         return Ref(obj.key)
     if t is tuple:
         items = [_replace_futures(v, deps, client) for v in obj]
-        if _holds_ref(items):
+        if holds_refs(items):
             # tasks only look for references inside lists, dicts and calls: rebuild the
             # tuple from a list when it runs
             return Call(tuple, (items,))
@@ -690,18 +691,6 @@ def _replace_futures(obj: Any, deps: set, client: Client) -> Any:
     if t is dict:
         return {k: _replace_futures(v, deps, client) for k, v in obj.items()}
     return obj
-
-
-def _holds_ref(values: Iterable) -> bool:
-    for v in values:
-        t = type(v)
-        if t is Ref or t is Call:
-            return True
-        if t is list and _holds_ref(v):
-            return True
-        if t is dict and _holds_ref(v.values()):
-            return True
-    return False
 
 
 def _collect_futures(obj: Any, out: list[Future]) -> None:

@@ -39,7 +39,7 @@ class Call:
         self.func = func
         self.args = args
         self.kwargs = kwargs or None
-        self.nested = _needs_eval(args) or (kwargs is not None and _needs_eval(kwargs.values()))
+        self.nested = holds_refs(args) or (kwargs is not None and holds_refs(kwargs.values()))
 
     def __repr__(self) -> str:
         name = getattr(self.func, "__name__", repr(self.func))
@@ -69,14 +69,15 @@ class TaskSpec:
         return (TaskSpec, (self.expr, self.dependencies))
 
 
-def _needs_eval(values: Iterable) -> bool:
+def holds_refs(values: Iterable) -> bool:
+    """Whether any value is (or contains, in lists and dicts) a Ref or a Call."""
     for v in values:
         t = type(v)
         if t is Ref or t is Call:
             return True
-        if t is list and _needs_eval(v):
+        if t is list and holds_refs(v):
             return True
-        if t is dict and _needs_eval(v.values()):
+        if t is dict and holds_refs(v.values()):
             return True
     return False
 
