@@ -173,7 +173,9 @@ class Profiler:
             if self._stopping:
                 return
             now = clock()
-            if executing:
+            if executing or woken:
+                # woken: a task started, though it may be over already (short tasks
+                # come and go between looks): stay awake rather than be woken per task
                 last_busy = now
             if now >= next_sample:
                 # samples fall on a fixed grid, never on the moment a task started (that

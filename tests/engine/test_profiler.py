@@ -373,3 +373,51 @@ def test_sampling_keeps_no_user_objects_alive():
         assert ref() is None  # freed at once, without waiting for the cycle collector
     finally:
         gc.enable()
+
+
+class _CountingSignal:
+    """The sampler's wake-up lock, counting how often task threads released it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.releases = 0
+
+    def acquire(self, *args) -> bool:
+        return self.lock.acquire(*args)
+
+    def release(self) -> None:
+        self.releases += 1
+        self.lock.release()
+
+    def locked(self) -> bool:
+        return self.lock.locked()
+
+
+def test_a_stream_of_short_tasks_does_not_wake_the_sampler_per_task():
+    """Tasks shorter than the gap between looks come and go unseen; the first one must
+    keep the sampler awake, or each of them costs the worker a thread wake-up."""
+    from kernel_cluster.engine import profiler as profiler_module
+
+    executing: dict = {}
+    profiler = Profiler(executing, time.time, interval=0.05, cycle_interval=10.0)
+    signal = profiler._signal = _CountingSignal()
+    profiler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not profiler.resting:  # no task yet: it rests
+            assert time.monotonic() < deadline, "the idle sampler never rested"
+            time.sleep(0.01)
+        started = time.monotonic()
+        n = 0
+        # short tasks, one after another, for less than the sampler's rest delay
+        while time.monotonic() - started < profiler_module._REST_AFTER / 2:
+            executing[1] = ("k", "short")
+            profiler.wake()
+            del executing[1]
+            n += 1
+            time.sleep(0.002)
+        assert n >= 10
+        assert signal.releases <= 2, f"{signal.releases} wake-ups for {n} short tasks"
+    finally:
+        profiler.stop()
