@@ -70,6 +70,15 @@ class ContextMeter:
         """
         return _Scope(self, callback, frame)
 
+    def listen_here(self, callback: Callback, frame: MeterFrame) -> None:
+        """Make ``callback`` and ``frame`` this context's listener for good.
+
+        For a thread that does nothing but run tasks: entering a scope per task would
+        cost more than a trivial task's own work.
+        """
+        self._callbacks.set((callback,))
+        self._frame.set(frame)
+
     @property
     def active(self) -> bool:
         """Whether anybody listens here (inside a task or a transfer)."""
@@ -82,6 +91,12 @@ class ContextMeter:
             return
         check_metric(label, value, unit)
         for cb in callbacks:
+            cb(label, value, unit)
+
+    def record(self, label: str, value: float, unit: str) -> None:
+        """``digest_metric`` for the engine's own numbers, which need no checking: some
+        are recorded for every value a task reads."""
+        for cb in self._callbacks.get():
             cb(label, value, unit)
 
     @contextmanager

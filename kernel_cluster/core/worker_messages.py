@@ -30,9 +30,9 @@ class FreeKeysRequested:
 
 @dataclass(slots=True)
 class ExecuteSucceeded:
-    """``run``: (picked up, finished) on the worker's monotonic clock; ``metrics``:
-    (thread-cpu, thread-noncpu, other, [(label, value, unit), ...]) seconds of that run.
-    Both are for the shell's accounting."""
+    """``run``: (handed to the pool, picked up, finished) on the worker's perf_counter
+    clock; ``metrics``: (thread-cpu, thread-noncpu, other, [(label, value, unit), ...])
+    seconds of that run. Both are for the shell's accounting."""
 
     key: Key
     value: Any
@@ -41,7 +41,7 @@ class ExecuteSucceeded:
     startstops: list[tuple]
     thread: int | None = None
     stimulus_id: str = ""
-    run: tuple[float, float] | None = None
+    run: tuple[float, float, float] | None = None
     metrics: tuple | None = None
 
 
@@ -54,7 +54,7 @@ class ExecuteFailed:
     startstops: list[tuple]
     thread: int | None = None
     stimulus_id: str = ""
-    run: tuple[float, float] | None = None
+    run: tuple[float, float, float] | None = None
     metrics: tuple | None = None
 
 

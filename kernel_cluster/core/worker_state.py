@@ -18,6 +18,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any, Literal
 
 from .keys import Key
+from .scheduler_messages import ComputeTask, FreeKeys
 from .worker_messages import (
     ComputeRequested,
     Execute,
@@ -442,6 +443,9 @@ class WorkerState:
     _handlers: dict[type, Callable[[WorkerState, Any], None]] = {
         ComputeRequested: _handle_compute_requested,
         FreeKeysRequested: _handle_free_keys_requested,
+        # the scheduler's own instructions, as a local channel hands them over
+        ComputeTask: _handle_compute_requested,
+        FreeKeys: _handle_free_keys_requested,
         ExecuteSucceeded: _handle_execute_succeeded,
         ExecuteFailed: _handle_execute_failed,
         ExecuteSkipped: _handle_execute_skipped,

@@ -1,7 +1,9 @@
 """Message channels between scheduler and workers living on the same event loop.
 
-Messages are the same plain dicts that travel over TCP to subprocess workers,
-so the scheduler and the worker have one protocol whatever the transport.
+The protocol is the plain dicts that travel over TCP to subprocess workers. On
+a local channel the hot messages (compute-task, free-keys, task-finished) go as
+the core objects themselves instead: the receiver's state machine takes them as
+they are, with no dict built and parsed on every task's path.
 
 Delivery is immediate but never re-entrant: a message sent while another is
 being handled waits in the dispatcher's queue until that handler returns. A task
@@ -48,13 +50,14 @@ class LocalChannel:
     """Delivers to ``handler`` through the loop's dispatcher; use on the loop thread."""
 
     __slots__ = ("_closed", "_dispatcher", "_handler")
+    carries_objects = True  # see the module's docstring
 
     def __init__(self, dispatcher: Dispatcher, handler: Callable[[list[dict]], None]):
         self._dispatcher = dispatcher
         self._handler = handler
         self._closed = False
 
-    def send(self, msgs: list[dict]) -> None:
+    def send(self, msgs: list) -> None:
         if not self._closed:
             self._dispatcher.post(self._handler, msgs)
 

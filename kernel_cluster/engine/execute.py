@@ -24,68 +24,100 @@ from .meter import context_meter
 _ENGINE_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(spec_module.__file__)})
 
 
-def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed:
+def run_task(
+    key: Key, spec: Any, data: Any, submitted: float = 0.0
+) -> ExecuteSucceeded | ExecuteFailed:
     """Evaluate a task with its inputs; never raises (the outcome is the event).
 
     ``spec`` is a TaskSpec, or its cloudpickled bytes when it came from another
-    process. The event's ``run`` field says which thread ran it and when (monotonic
-    clock), and ``metrics`` how that time was spent, as (thread-cpu, thread-noncpu,
+    process. The event's ``run`` field says when it was handed to the pool
+    (``submitted``), started and ended (perf_counter clock), ``thread`` which thread
+    ran it, and ``metrics`` how that time was spent, as (thread-cpu, thread-noncpu,
     other, [(label, value, unit), ...] for everything else):
 
-    - ``thread-cpu``: the thread's CPU time inside the task's own code;
+    - ``thread-cpu``: the thread's CPU time inside the task's own code (and the few
+      instructions since the thread's previous task, within the task's wall time);
     - ``thread-noncpu``: its wall time there minus CPU time (I/O, sleeping, waiting
       for the GIL);
     - whatever ``context_meter`` recorded meanwhile (user labels such as "I/O", and
       the engine's own: "deserialize", "disk-read", ...), taken out of the two above;
     - ``other``: the rest of the run (unpacking inputs, measuring the result).
+
+    Call it on task threads only: the first call makes the thread's context listen
+    to ``context_meter`` for good (see ``_Collector``).
     """
     wall, cpu = time.perf_counter, time.thread_time
     t_got = wall()
     anchor = time.time()  # the scheduler's kind of clock, for the task stream
-    collector = _collector()
-    thread = collector.thread
+    try:
+        collector = _local.collector
+    except AttributeError:
+        collector = _local.collector = _Collector()
     frame = collector.frame
     frame.inner_wall = frame.inner_cpu = 0.0
     digests = collector.digests
-    digests.clear()
-    with collector.scope:
-        try:
-            if type(spec) is bytes:
-                with context_meter.meter("deserialize"):
-                    spec = load_task(key, spec)
-                t_loaded = wall()
-            else:
-                t_loaded = t_got
-            if callable(data):  # inputs that may have to come back from disk
-                inputs = data()
-                t_inputs = wall()
-            else:
-                inputs = data
-                t_inputs = t_loaded
-            inner_wall0, inner_cpu0 = frame.inner_wall, frame.inner_cpu
-            w0, c0 = wall(), cpu()
-            value = spec_module.evaluate(spec.expr, inputs)
-            w1, c1 = wall(), cpu()
-        except BaseException as exc:
-            w1 = wall()
-            tb = user_traceback(exc.__traceback__)
-            text = "".join(tb_module.format_exception(type(exc), exc, tb))
-            exc.__traceback__ = tb
-            startstops = [("compute", anchor, anchor + (w1 - t_got))]
-            metrics = (0.0, max(0.0, w1 - t_got - frame.inner_wall), 0.0, digests[:])
-            return ExecuteFailed(
-                key, exc, tb, text, startstops, thread, run=(t_got, wall()), metrics=metrics
-            )
+    if digests:
+        digests.clear()
+    try:
+        if type(spec) is bytes:
+            with context_meter.meter("deserialize"):
+                spec = load_task(key, spec)
+            t_loaded = wall()
+        else:
+            t_loaded = t_got
+        if callable(data):  # inputs that may have to come back from disk
+            inputs = data()
+            t_inputs = wall()
+        else:
+            inputs = data
+            t_inputs = t_loaded
+        inner_wall0 = frame.inner_wall
+        w0 = wall()
+        # One CPU reading per task: it starts where the previous task's left off, so
+        # the pool's few instructions between two tasks count as this one's (bounded
+        # by its wall time below). A reading costs more than a trivial task's work.
+        c0 = collector.cpu_mark
+        if c0 < 0.0:  # this thread's first task, or the one after a failure
+            c0 = cpu()
+            cpu_metered0 = frame.inner_cpu
+        else:
+            cpu_metered0 = 0.0  # c0 predates all of this task's meters
+        value = spec_module.evaluate(spec.expr, inputs)
+        w1 = wall()
+        c1 = collector.cpu_mark = cpu()
+    except BaseException as exc:
+        w1 = wall()
+        collector.cpu_mark = -1.0
+        tb = user_traceback(exc.__traceback__)
+        text = "".join(tb_module.format_exception(type(exc), exc, tb))
+        exc.__traceback__ = tb
+        startstops = [("compute", anchor, anchor + (w1 - t_got))]
+        metrics = (0.0, max(0.0, w1 - t_got - frame.inner_wall), 0.0, digests[:])
+        return ExecuteFailed(
+            key,
+            exc,
+            tb,
+            text,
+            startstops,
+            collector.thread,
+            run=(submitted, t_got, wall()),
+            metrics=metrics,
+        )
     nbytes = sizeof(value)
     t_end = wall()
-    metered_wall = frame.inner_wall - inner_wall0
-    metered_cpu = frame.inner_cpu - inner_cpu0
-    thread_cpu = max(0.0, (c1 - c0) - metered_cpu)
-    thread_noncpu = max(0.0, (w1 - w0) - metered_wall - thread_cpu)
-    other = max(0.0, (t_end - t_got) - (w1 - w0) - inner_wall0)
-    startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
-    if t_loaded > t_got:
-        startstops.append(("deserialize", anchor, anchor + (t_loaded - t_got)))
+    task_wall = (w1 - w0) - (frame.inner_wall - inner_wall0)
+    thread_cpu = (c1 - c0) - (frame.inner_cpu - cpu_metered0)
+    if thread_cpu > task_wall:
+        thread_cpu = task_wall
+    thread_noncpu = task_wall - thread_cpu
+    other = (t_end - t_got) - (w1 - w0) - inner_wall0
+    if t_loaded == t_got:
+        startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
+    else:
+        startstops = [
+            ("compute", anchor + (w0 - t_got), anchor + (w1 - t_got)),
+            ("deserialize", anchor, anchor + (t_loaded - t_got)),
+        ]
     if digests and any(d[0] == "disk-read" for d in digests):
         startstops.append(("disk-read", anchor + (t_loaded - t_got), anchor + (t_inputs - t_got)))
     return ExecuteSucceeded(
@@ -94,22 +126,29 @@ def run_task(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed
         nbytes,
         type(value).__qualname__,
         startstops,
-        thread,
-        run=(t_got, t_end),
-        metrics=(thread_cpu, thread_noncpu, other, digests[:] if digests else None),
+        collector.thread,
+        "",
+        (submitted, t_got, t_end),
+        (
+            thread_cpu if thread_cpu > 0.0 else 0.0,
+            thread_noncpu if thread_noncpu > 0.0 else 0.0,
+            other if other > 0.0 else 0.0,
+            digests[:] if digests else None,
+        ),
     )
 
 
 class _Collector:
-    """What a task thread reuses for every task it meters: allocated once per thread,
-    since a trivial task's whole cost is a few microseconds."""
+    """A task thread's listener for ``context_meter``, installed once for all the tasks
+    it runs, since a trivial task's whole cost is a few microseconds."""
 
     def __init__(self) -> None:
         self.thread = threading.get_ident()
+        self.cpu_mark = -1.0  # the thread's CPU time at the end of its last task
         self.frame = MeterFrame()
         self.digests: list[tuple] = []
         append = self.digests.append
-        self.scope = context_meter.scope(
+        context_meter.listen_here(
             lambda label, value, unit: append((label, value, unit)), self.frame
         )
 
@@ -117,15 +156,9 @@ class _Collector:
 _local = threading.local()
 
 
-def _collector() -> _Collector:
-    try:
-        return _local.collector
-    except AttributeError:
-        _local.collector = c = _Collector()
-        return c
-
-
-def run_task_unmetered(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed:
+def run_task_unmetered(
+    key: Key, spec: Any, data: Any, submitted: float = 0.0
+) -> ExecuteSucceeded | ExecuteFailed:
     """``run_task`` with fine metrics switched off: only the task stream's times."""
     thread = threading.get_ident()
     start = time.time()

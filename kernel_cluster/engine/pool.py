@@ -8,6 +8,7 @@ woken once per batch, not once per task.
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections import deque
@@ -53,6 +54,10 @@ class TaskThreadPool:
     def _work(self) -> None:
         inbox = self._inbox
         done = self.done
+        # Tasks run in a context of their own, which keeps what they leave in context
+        # variables (the task runner's metrics listener stays installed for good) out
+        # of the owner's wake-up callbacks: those copy the calling thread's context.
+        run = contextvars.copy_context().run
         while True:
             item = inbox.get()
             if item is _STOP:
@@ -61,7 +66,7 @@ class TaskThreadPool:
             ident = threading.get_ident()
             self.running.add(ident)
             try:
-                done.append(fn(*args))
+                done.append(run(fn, *args))
             finally:
                 self.running.discard(ident)
             if not self._wake_pending:

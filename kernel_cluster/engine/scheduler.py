@@ -35,6 +35,7 @@ from ..core.scheduler_messages import (
 from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
+from ..core.worker_messages import SendTaskFinished
 from .plugins import PluginSet, SchedulerPlugin
 from .remote import UnserializableResults
 from .task_stream import TaskStreamPlugin
@@ -45,7 +46,7 @@ ReportHandler = Callable[[list[ReportKey], int], None]
 
 
 class Channel(Protocol):
-    def send(self, msgs: list[dict]) -> None: ...
+    def send(self, msgs: list) -> None: ...
 
 
 class DataSource(Protocol):
@@ -79,6 +80,7 @@ class Scheduler:
         self.register_plugin(self.task_stream)
         self.clock = clock
         self.worker_channels: dict[str, Channel] = {}
+        self._object_channels: set[str] = set()  # workers whose channel takes core objects
         self.on_unreachable: Callable[[str], None] | None = None
         # what heartbeats tell: memory, tasks running, last contact, process id
         self.worker_info: dict[str, dict[str, Any]] = {}
@@ -148,6 +150,8 @@ class Scheduler:
         pid: int | None = None,
     ) -> None:
         self.worker_channels[address] = channel
+        if getattr(channel, "carries_objects", False):
+            self._object_channels.add(address)
         self.worker_info[address] = {
             "name": name,
             "pid": pid,
@@ -168,6 +172,7 @@ class Scheduler:
         """``expected``: the worker was stopped on purpose, so its tasks are not suspects."""
         if self.worker_channels.pop(address, None) is None:
             return
+        self._object_channels.discard(address)
         self.worker_info.pop(address, None)
         logger.info("Removing worker %s: %s", address, reason)
         self.handle(
@@ -226,10 +231,24 @@ class Scheduler:
                 self.plugins.call_all("update_graph", self, client=client_id, keys=ev.wanted)
             self.handle(ev)
 
-    def handle_worker_messages(self, address: str, msgs: list[dict]) -> None:
+    def handle_worker_messages(self, address: str, msgs: list) -> None:
         events: list = []
         now = self.clock()
         for msg in msgs:
+            if type(msg) is SendTaskFinished:  # from a local channel: the instruction itself
+                events.append(
+                    TaskFinished(
+                        msg.key,
+                        address,
+                        msg.nbytes,
+                        msg.startstops,
+                        msg.thread,
+                        msg.type_name,
+                        msg.stimulus_id,
+                        now,
+                    )
+                )
+                continue
             op = msg["op"]
             sid = msg.get("stimulus_id") or ""
             if op == "heartbeat":
@@ -295,6 +314,9 @@ class Scheduler:
                 msgs = to_workers.get(inst.worker)
                 if msgs is None:
                     msgs = to_workers[inst.worker] = []
+                if inst.worker in self._object_channels:
+                    msgs.append(inst)
+                    continue
                 msgs.append(
                     {
                         "op": "compute-task",
@@ -324,7 +346,9 @@ class Scheduler:
                     msgs.append({"op": "cluster-busy", "busy": inst.busy})
             elif t is FreeKeys:
                 to_workers.setdefault(inst.worker, []).append(
-                    {"op": "free-keys", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
+                    inst
+                    if inst.worker in self._object_channels
+                    else {"op": "free-keys", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
                 )
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():

@@ -18,6 +18,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import cloudpickle
@@ -44,6 +45,9 @@ class SpillBuffer(MutableMapping):
         self.disk_bytes = 0  # compressed, on disk
         self._lock = threading.RLock()
         self.storing: Key | None = None  # whose value is being stored (for attribution)
+        # entered around a spill that storing a value causes where no metrics scope
+        # listens (the worker storing a task's result): the worker charges that task
+        self.store_scope: AbstractContextManager | None = None
 
     # -- the mapping ---------------------------------------------------------------------
 
@@ -56,14 +60,18 @@ class SpillBuffer(MutableMapping):
             self.fast_sizes[key] = size
             self.fast_bytes += size
             if self.target and self.fast_bytes > self.target:
-                self.evict_until(self.target, keep=key)
+                if self.store_scope is not None and not context_meter.active:
+                    with self.store_scope:
+                        self.evict_until(self.target, keep=key)
+                else:
+                    self.evict_until(self.target, keep=key)
             self.storing = None
 
     def __getitem__(self, key: Key) -> Any:
         with self._lock:
             if key in self.fast:
                 self.fast.move_to_end(key)
-                context_meter.digest_metric("memory-read", self.fast_sizes[key], "bytes")
+                context_meter.record("memory-read", self.fast_sizes[key], "bytes")
                 return self.fast[key]
             if key not in self.slow:
                 raise KeyError(key)
@@ -152,8 +160,8 @@ class SpillBuffer(MutableMapping):
             for b in blob:
                 f.write(b)
         written = 4 + 8 * len(blob) + sum(len(b) for b in blob)
-        context_meter.digest_metric("disk-write", written, "bytes")
-        context_meter.digest_metric("disk-write", 1, "count")
+        context_meter.record("disk-write", written, "bytes")
+        context_meter.record("disk-write", 1, "count")
         self.slow[key] = (path, size)
         self.slow_bytes += size
         self.disk_bytes += written
@@ -163,8 +171,8 @@ class SpillBuffer(MutableMapping):
         path, _ = self.slow[key]
         with context_meter.meter("disk-read"), open(path, "rb") as f:
             raw = f.read()
-        context_meter.digest_metric("disk-read", len(raw), "bytes")
-        context_meter.digest_metric("disk-read", 1, "count")
+        context_meter.record("disk-read", len(raw), "bytes")
+        context_meter.record("disk-read", 1, "count")
         n = int.from_bytes(raw[:4], "little")
         sizes = [int.from_bytes(raw[4 + 8 * i : 12 + 8 * i], "little") for i in range(n)]
         offset = 4 + 8 * n

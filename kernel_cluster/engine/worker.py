@@ -94,7 +94,7 @@ def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
 
 
 class Channel(Protocol):
-    def send(self, msgs: list[dict]) -> None: ...
+    def send(self, msgs: list) -> None: ...
 
 
 class PeerData(Protocol):
@@ -154,6 +154,7 @@ class Worker:
         self.state = WorkerState(address=address, nthreads=nthreads, data=data)
         self.data = self.state.data
         self.scheduler: Channel | None = None
+        self._send_objects = False
         self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
         # fine performance metrics: see core/metrics.py for what each part does
         self.fine_metrics = fine_metrics
@@ -161,10 +162,12 @@ class Worker:
         self.metrics = MetricsLedger()
         self.timeline = ThreadTimeline(time.perf_counter())
         self.timeline.add_threads(self.pool.idents, time.perf_counter())
-        self._handed: dict[Key, tuple] = {}  # key -> (handed to pool, span, prefix)
         self._acc: dict[tuple, list] = {}  # (span, prefix) -> _ACC_FIELDS sums
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
+        if fine_metrics and isinstance(self.data, SpillBuffer):
+            # storing a result may spill: charge that to the task whose result it was
+            self.data.store_scope = context_meter.scope(self._charge_storing, MeterFrame())
         self.transfer_incoming_log: list[dict] = []
         self.transfer_outgoing_log: list[dict] = []
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
@@ -183,12 +186,16 @@ class Worker:
 
     def connect(self, scheduler: Channel) -> None:
         self.scheduler = scheduler
+        self._send_objects = getattr(scheduler, "carries_objects", False)
 
     # -- inbound ----------------------------------------------------------------------
 
-    def handle_scheduler_messages(self, msgs: list[dict]) -> None:
+    def handle_scheduler_messages(self, msgs: list) -> None:
         events = []
         for msg in msgs:
+            if type(msg) is not dict:  # a local channel's core object: the state machine's
+                events.append(msg)
+                continue
             op = msg["op"]
             if op == "compute-task":
                 events.append(
@@ -316,8 +323,7 @@ class Worker:
             return
         events = self.pool.drain()
         if self.fine_metrics:
-            for ev in events:
-                self._account(ev)
+            self._account(events)
         self.handle(*events)
 
     # -- fine performance metrics -----------------------------------------------------
@@ -332,30 +338,39 @@ class Worker:
         else:
             self.metrics.add(("memory-monitor", label, unit), value)
 
-    def _account(self, ev: Any) -> None:
-        """Where a task's thread time went: its run, and the gap before it."""
-        handed = self._handed.pop(ev.key, None)
-        run = getattr(ev, "run", None)
-        if handed is None or run is None:
-            return
-        submitted, span_id, prefix = handed
-        executor, idle = self.timeline.task_ran(ev.thread, submitted, run[0], run[1])
-        self._idle += idle
-        acc = self._acc.get((span_id, prefix))
-        if acc is None:
-            acc = self._acc[(span_id, prefix)] = [0.0, 0.0, 0.0, 0.0, 0, 0]
-        thread_cpu, thread_noncpu, other, digests = ev.metrics
-        acc[0] += thread_cpu
-        acc[1] += thread_noncpu
-        acc[2] += executor
-        acc[3] += other
-        acc[4] += 1
-        if type(ev) is ExecuteSucceeded:
-            acc[5] += ev.nbytes
-        if digests:
-            add = self.metrics.add
-            for label, value, unit in digests:
-                add(("execute", span_id, prefix, label, unit), value)
+    def _account(self, events: list) -> None:
+        """Where the tasks' thread time went: their runs, and the gaps before them.
+
+        Summed per (span, prefix) here, on the loop; expanded into metric keys only
+        when a heartbeat takes the delta (``metrics_delta``).
+        """
+        tasks = self.state.tasks
+        sums = self._acc
+        task_ran = self.timeline.task_ran
+        for ev in events:
+            if type(ev) is ExecuteSkipped:
+                continue
+            ts = tasks.get(ev.key)
+            run = ev.run
+            if ts is None or run is None:
+                continue
+            executor, idle = task_ran(ev.thread, run[0], run[1], run[2])
+            self._idle += idle
+            acc = sums.get((ts.span_id, ts.prefix))
+            if acc is None:
+                acc = sums[(ts.span_id, ts.prefix)] = [0.0, 0.0, 0.0, 0.0, 0, 0]
+            thread_cpu, thread_noncpu, other, digests = ev.metrics
+            acc[0] += thread_cpu
+            acc[1] += thread_noncpu
+            acc[2] += executor
+            acc[3] += other
+            acc[4] += 1
+            if type(ev) is ExecuteSucceeded:
+                acc[5] += ev.nbytes
+            if digests:
+                add = self.metrics.add
+                for label, value, unit in digests:
+                    add(("execute", ts.span_id, ts.prefix, label, unit), value)
 
     def metrics_delta(self) -> dict:
         """Metrics since the last call: what the next heartbeat carries."""
@@ -379,12 +394,7 @@ class Worker:
     def handle(self, *events: Any) -> None:
         if self._closed or not events:
             return
-        if self.fine_metrics and not context_meter.active:
-            # storing results may spill: charge it to the task whose result it was
-            with context_meter.scope(self._charge_storing, MeterFrame()):
-                instructions = self.state.handle_stimulus(*events)
-        else:
-            instructions = self.state.handle_stimulus(*events)
+        instructions = self.state.handle_stimulus(*events)
         if not instructions:
             return
         msgs: list[dict] = []
@@ -397,6 +407,9 @@ class Worker:
                     t1 = self.now()
                     seconds = self._disk_writes.pop(inst.key)
                     inst.startstops = [*inst.startstops, ("disk-write", t1 - seconds, t1)]
+                if self._send_objects:
+                    msgs.append(inst)
+                    continue
                 msgs.append(
                     {
                         "op": "task-finished",
@@ -460,11 +473,13 @@ class Worker:
             inputs = {d.key: data[d.key] for d in ts.dependencies}
         else:  # read on the task thread: unspilling is part of the task's time
             inputs = partial(_read_inputs, self.data, [d.key for d in ts.dependencies])
-        if self.fine_metrics:
-            self._handed[key] = (time.perf_counter(), ts.span_id, ts.prefix)
-        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation)
+        # the hand-off time: what the task's thread does until it starts is "executor"
+        submitted = time.perf_counter() if self.fine_metrics else 0.0
+        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted)
 
-    def _run(self, key: Key, spec: Any, inputs: dict, annotation: dict | None) -> Any:
+    def _run(
+        self, key: Key, spec: Any, inputs: dict, annotation: dict | None, submitted: float
+    ) -> Any:
         """On a task thread: skip a task cancelled while it waited in the pool's queue."""
         ts = self.state.tasks.get(key)
         if ts is None or ts.cancelled or self.state.paused:
@@ -477,11 +492,11 @@ class Worker:
             self.profiler.wake()  # it rests while no task runs
         try:
             if annotation is None:
-                return self._run_task(key, spec, inputs)
+                return self._run_task(key, spec, inputs, submitted)
             # inside the task, get_annotations() and new submissions see its span
             token = current_span.set((tuple(annotation["name"]), tuple(annotation["ids"])))
             try:
-                return self._run_task(key, spec, inputs)
+                return self._run_task(key, spec, inputs, submitted)
             finally:
                 current_span.reset(token)
         finally:
@@ -543,13 +558,18 @@ class Worker:
 
     def get_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
         """The values this worker holds among ``keys`` and their sizes."""
-        if self.fine_metrics and not context_meter.active:
-            with context_meter.scope(self._charge_get_data, MeterFrame()):
-                return self._get_data(keys)
-        return self._get_data(keys)
+        if not self.fine_metrics or context_meter.active:
+            return self._get_data(keys)
+        sums: dict[tuple, float] = {}  # summed here: a digest comes for every key read
 
-    def _charge_get_data(self, label: Any, value: float, unit: str) -> None:
-        self.metrics.add(("get-data", label, unit), value)
+        def charge(label: Any, value: float, unit: str) -> None:
+            sums[label, unit] = sums.get((label, unit), 0) + value
+
+        with context_meter.scope(charge, MeterFrame()):
+            out = self._get_data(keys)
+        for (label, unit), value in sums.items():
+            self.metrics.add(("get-data", label, unit), value)
+        return out
 
     def _get_data(self, keys: list[Key]) -> tuple[dict, dict]:
         data = self.data
