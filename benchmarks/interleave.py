@@ -6,6 +6,10 @@ each configuration once, in a rotating order, right after a garbage collection,
 and the overhead is read per round (a run against the baseline's run in the same
 round), then summarised by the median over rounds: drift between rounds cancels,
 and one disturbed run moves the median little.
+
+Clusters are made afresh for every run: two identical clusters kept side by side
+here ran 10-15% apart for as long as they lived (which one was faster changed
+from one pair to the next), a bias that would land on one configuration only.
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ from __future__ import annotations
 import gc
 import statistics
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 
-def rounds(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+def rounds(
+    runs: dict[str, Callable[[], float]], repeats: int, warm_up: bool = True
+) -> dict[str, list[float]]:
     """Seconds of each run, ``repeats`` rounds; each run callable returns its seconds."""
     names = list(runs)
-    for name in names:
-        runs[name]()  # warm up
+    for name in names if warm_up else ():
+        runs[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(repeats):
         k = i % len(names)
@@ -40,3 +48,30 @@ def overhead(times: list[float], baseline: list[float]) -> dict[str, float]:
         "of_medians": statistics.median(times) / statistics.median(baseline) - 1,
         "of_fastest": min(times) / min(baseline) - 1,
     }
+
+
+def compare(
+    make: Callable[[str], Any],
+    close: Callable[[Any], None],
+    works: dict[str, Callable[[Any], float]],
+    names: list[str],
+    repeats: int,
+) -> dict[str, dict[str, list[float]]]:
+    """``times[work][name]``: each work timed on a fresh ``make(name)``, after one
+    untimed run on it, in ``repeats`` rounds with the names in rotating order."""
+    out: dict[str, dict[str, list[float]]] = {w: {n: [] for n in names} for w in works}
+    for w, work in works.items():
+
+        def fresh(name: str, work: Callable[[Any], float] = work) -> float:
+            thing = make(name)
+            try:
+                work(thing)  # warm up: imports, first threads, first connections
+                gc.collect()
+                return work(thing)
+            finally:
+                close(thing)
+
+        times = rounds({n: partial(fresh, n) for n in names}, repeats, warm_up=False)
+        for n in names:
+            out[w][n] = times[n]
+    return out

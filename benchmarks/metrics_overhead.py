@@ -2,20 +2,19 @@
 
     .venv-bench/bin/python benchmarks/metrics_overhead.py [--quick]
 
-For each mode (embedded threads, worker processes) two clusters run side by side,
-``fine_metrics=True`` and ``fine_metrics=False``, on:
+For each mode (embedded threads, worker processes), clusters with
+``fine_metrics=True`` and ``fine_metrics=False`` run:
   trivial   10,000 independent trivial tasks (map + gather): per-task cost dominates
   numpy     200 tasks sorting 250,000 random floats each: real work
-Runs alternate on / off in ABBA order so background load hits both alike; the
-median of each is reported, and the overhead as (on - off) / off, and also that of
-the fastest runs (less blurred by a busy machine). Target: at most 3%.
+Runs are interleaved in rounds, each on a fresh cluster after one untimed run
+(benchmarks/interleave.py): the overhead is read per round, on against off, and
+summarised by the median over rounds, with its quartiles. Target: at most 3%.
 Results also go to benchmarks/results/metrics_overhead.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import statistics
 import sys
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from interleave import compare, overhead
 
 RESULTS = Path(__file__).resolve().parent / "results" / "metrics_overhead.json"
 
@@ -55,51 +55,47 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    repeats = 3 if args.quick else 9
+    repeats = 4 if args.quick else 16
     report: dict = {}
     for mode, processes in [("embedded", False), ("processes", True)]:
-        clusters = {
-            on: KernelCluster(
+
+        def make(name: str, processes: bool = processes) -> Client:
+            cluster = KernelCluster(
                 n_workers=2 if processes else 1,
                 threads_per_worker=1 if processes else 2,
                 processes=processes,
-                fine_metrics=on,
+                fine_metrics=name == "on",
                 memory_limit=0,
             )
-            for on in (True, False)
-        }
-        clients = {on: Client(c, set_as_default=False) for on, c in clusters.items()}
-        try:
-            for name, work in [("trivial", trivial), ("numpy", numpy_work)]:
-                times: dict[bool, list[float]] = {True: [], False: []}
-                for on in (True, False):
-                    work(clients[on])  # warm up
-                for i in range(repeats):
-                    # ABBA order: neither side always runs just after the other's garbage
-                    for on in (True, False) if i % 2 == 0 else (False, True):
-                        gc.collect()
-                        times[on].append(work(clients[on]))
-                on_s, off_s = statistics.median(times[True]), statistics.median(times[False])
-                report[f"{mode}/{name}"] = {
-                    "on_s": on_s,
-                    "off_s": off_s,
-                    "overhead": (on_s - off_s) / off_s,
-                    "overhead_of_fastest": min(times[True]) / min(times[False]) - 1,
-                    "on_runs": times[True],
-                    "off_runs": times[False],
-                }
-        finally:
-            for c in clients.values():
-                c.close()
-            for c in clusters.values():
-                c.close()
+            return Client(cluster, set_as_default=False)
+
+        def close(client: Client) -> None:
+            cluster = client.cluster
+            client.close()
+            cluster.close()
+
+        works = {"trivial": trivial, "numpy": numpy_work}
+        times = compare(make, close, works, ["on", "off"], repeats)
+        for name in works:
+            on, off = times[name]["on"], times[name]["off"]
+            report[f"{mode}/{name}"] = {
+                "on_s": statistics.median(on),
+                "off_s": statistics.median(off),
+                **overhead(on, off),
+                "on_runs": on,
+                "off_runs": off,
+            }
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'workload':22} {'on (s)':>9} {'off (s)':>9} {'overhead':>9} {'(fastest)':>10}")
+    print("overhead: median over rounds of (on / off - 1), quartiles; and of the medians")
+    print(
+        f"{'workload':20} {'on (s)':>7} {'off (s)':>7} {'overhead':>9} "
+        f"{'q1..q3':>15} {'medians':>8}"
+    )
     for name, r in report.items():
         print(
-            f"{name:22} {r['on_s']:9.3f} {r['off_s']:9.3f} {r['overhead']:9.1%} "
-            f"{r['overhead_of_fastest']:10.1%}"
+            f"{name:20} {r['on_s']:7.3f} {r['off_s']:7.3f} {r['median_of_rounds']:9.1%} "
+            f"{r['q1']:7.1%}..{r['q3']:<6.1%} {r['of_medians']:8.1%}"
         )
     return report
 

@@ -31,8 +31,8 @@ class FreeKeysRequested:
 @dataclass(slots=True)
 class ExecuteSucceeded:
     """``run``: (handed to the pool, picked up, finished) on the worker's perf_counter
-    clock; ``metrics``: (thread-cpu, thread-noncpu, other, [(label, value, unit), ...])
-    seconds of that run. Both are for the shell's accounting."""
+    clock; ``metrics``: (thread-cpu, thread-noncpu, other, deserialize seconds,
+    [(label, value, unit), ...]) of that run. Both are for the shell's accounting."""
 
     key: Key
     value: Any

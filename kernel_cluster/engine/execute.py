@@ -33,7 +33,7 @@ def run_task(
     process. The event's ``run`` field says when it was handed to the pool
     (``submitted``), started and ended (perf_counter clock), ``thread`` which thread
     ran it, and ``metrics`` how that time was spent, as (thread-cpu, thread-noncpu,
-    other, [(label, value, unit), ...] for everything else):
+    other, deserialize, [(label, value, unit), ...] for everything else):
 
     - ``thread-cpu``: the thread's CPU time inside the task's own code (and the few
       instructions since the thread's previous task, within the task's wall time);
@@ -58,11 +58,15 @@ def run_task(
     digests = collector.digests
     if digests:
         digests.clear()
+    deserialize = 0.0
     try:
         if type(spec) is bytes:
-            with context_meter.meter("deserialize"):
-                spec = load_task(key, spec)
+            # unpickling is CPU work: timed by wall clock alone, it costs no CPU readings
+            spec = load_task(key, spec)
             t_loaded = wall()
+            deserialize = t_loaded - t_got
+            frame.inner_wall += deserialize
+            frame.inner_cpu += deserialize
         else:
             t_loaded = t_got
         if callable(data):  # inputs that may have to come back from disk
@@ -92,7 +96,7 @@ def run_task(
         text = "".join(tb_module.format_exception(type(exc), exc, tb))
         exc.__traceback__ = tb
         startstops = [("compute", anchor, anchor + (w1 - t_got))]
-        metrics = (0.0, max(0.0, w1 - t_got - frame.inner_wall), 0.0, digests[:])
+        metrics = (0.0, max(0.0, w1 - t_got - frame.inner_wall), 0.0, deserialize, digests[:])
         return ExecuteFailed(
             key,
             exc,
@@ -133,6 +137,7 @@ def run_task(
             thread_cpu if thread_cpu > 0.0 else 0.0,
             thread_noncpu if thread_noncpu > 0.0 else 0.0,
             other if other > 0.0 else 0.0,
+            deserialize,
             digests[:] if digests else None,
         ),
     )

@@ -86,6 +86,7 @@ _ACC_FIELDS = (
     ("other", "seconds"),
     ("tasks", "count"),
     ("output", "bytes"),
+    ("deserialize", "seconds"),  # of the task itself, in a worker process
 )
 
 
@@ -358,8 +359,8 @@ class Worker:
             self._idle += idle
             acc = sums.get((ts.span_id, ts.prefix))
             if acc is None:
-                acc = sums[(ts.span_id, ts.prefix)] = [0.0, 0.0, 0.0, 0.0, 0, 0]
-            thread_cpu, thread_noncpu, other, digests = ev.metrics
+                acc = sums[(ts.span_id, ts.prefix)] = [0.0, 0.0, 0.0, 0.0, 0, 0, 0.0]
+            thread_cpu, thread_noncpu, other, deserialize, digests = ev.metrics
             acc[0] += thread_cpu
             acc[1] += thread_noncpu
             acc[2] += executor
@@ -367,6 +368,7 @@ class Worker:
             acc[4] += 1
             if type(ev) is ExecuteSucceeded:
                 acc[5] += ev.nbytes
+            acc[6] += deserialize
             if digests:
                 add = self.metrics.add
                 for label, value, unit in digests:

@@ -97,6 +97,11 @@ def test_sleeping_tasks_are_mostly_thread_noncpu(mclient):
     assert m["thread-noncpu"] > 0.35
     assert m["thread-cpu"] < 0.05
     assert execute(mclient, "sleeper", "count")["tasks"] == 4
+    # a worker process unpickles each task it runs; an embedded worker has nothing to load
+    if mclient.cluster.processes:
+        assert m["deserialize"] > 0
+    else:
+        assert "deserialize" not in m
 
 
 def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
