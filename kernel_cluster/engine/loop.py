@@ -9,6 +9,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import concurrent.futures
+import contextvars
 import selectors
 import threading
 from collections.abc import Awaitable, Callable
@@ -95,8 +96,12 @@ class LoopThread:
         return threading.current_thread() is self._thread
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop thread; safe from any thread."""
-        self.loop.call_soon_threadsafe(fn, *args)
+        """Run ``fn(*args)`` on the loop thread; safe from any thread.
+
+        In a context of its own: asyncio would run it in a copy of the caller's, and a
+        caller inside a task would hand the engine that task's metrics listener.
+        """
+        self.loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
 
     def run(
         self, fn: Callable[..., Awaitable[T] | T], *args: Any, timeout: float | None = None
@@ -130,7 +135,7 @@ class LoopThread:
             else:
                 future.set_result(result)
 
-        self.loop.call_soon_threadsafe(start)
+        self.loop.call_soon_threadsafe(start, context=contextvars.Context())
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
