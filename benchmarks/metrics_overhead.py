@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from interleave import compare, overhead
+from interleave import close_client, compare, overhead
 
 RESULTS = Path(__file__).resolve().parent / "results" / "metrics_overhead.json"
 
@@ -69,13 +69,8 @@ def main(argv: list[str] | None = None) -> dict:
             )
             return Client(cluster, set_as_default=False)
 
-        def close(client: Client) -> None:
-            cluster = client.cluster
-            client.close()
-            cluster.close()
-
         works = {"trivial": trivial, "numpy": numpy_work}
-        times = compare(make, close, works, ["on", "off"], repeats)
+        times = compare(make, close_client, works, ["on", "off"], repeats)
         for name in works:
             on, off = times[name]["on"], times[name]["off"]
             report[f"{mode}/{name}"] = {

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from interleave import compare, overhead
+from interleave import close_client, compare, overhead
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profiler_overhead.json"
 CONFIGS = {"off": None, "10ms": 0.01, "1ms": 0.001}
@@ -103,9 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         def close(client: Client, samples: dict[str, int] = samples) -> None:
             if CONFIGS[client.bench_config] is not None:
                 samples[client.bench_config] += client.profile()["count"]
-            cluster = client.cluster
-            client.close()
-            cluster.close()
+            close_client(client)
 
         probes = {"trivial": Probe(trivial), "numpy": Probe(numpy_work)}
         times = compare(make, close, probes, names, repeats)
