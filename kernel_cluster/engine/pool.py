@@ -4,12 +4,17 @@ Not a ``ThreadPoolExecutor``: the worker needs to know which thread runs what
 (task stream rows, per-thread CPU time, the profiler's sampling) and to hand
 results back in batches. Finished work is appended to a deque and the owner is
 woken once per batch, not once per task.
+
+Idle threads wait on a stack, and new work goes to the one that went idle last:
+in a chain of tasks the same thread runs them all, warm, and the other threads
+stay asleep instead of taking turns (each turn costs extra wake-ups and GIL
+hand-offs between threads that all want to run).
 """
 
 from __future__ import annotations
 
+import _thread
 import contextvars
-import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -25,7 +30,9 @@ class TaskThreadPool:
         self.done: deque = deque()
         self._wake = wake
         self._wake_pending = False
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: deque = deque()
+        self._idle: list = []  # locks of sleeping threads, held until work arrives
+        self._mutex = threading.Lock()
         self.running: set[int] = set()  # idents of threads inside a task right now
         self.threads = [
             threading.Thread(target=self._work, name=f"{name}-task-{i}", daemon=True)
@@ -36,7 +43,14 @@ class TaskThreadPool:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on a free thread; its return value lands in ``done``."""
-        self._inbox.put((fn, args))
+        self._put((fn, args))
+
+    def _put(self, item: Any) -> None:
+        self._pending.append(item)
+        if self._idle:
+            with self._mutex:
+                if self._idle:
+                    self._idle.pop().release()
 
     @property
     def idents(self) -> list[int]:
@@ -52,14 +66,24 @@ class TaskThreadPool:
         return out
 
     def _work(self) -> None:
-        inbox = self._inbox
+        pending, idle, mutex = self._pending, self._idle, self._mutex
+        asleep = _thread.allocate_lock()
+        asleep.acquire()
         done = self.done
         # Tasks run in a context of their own, which keeps what they leave in context
         # variables (the task runner's metrics listener stays installed for good) out
         # of the owner's wake-up callbacks: those copy the calling thread's context.
         run = contextvars.copy_context().run
         while True:
-            item = inbox.get()
+            try:
+                item = pending.popleft()
+            except IndexError:
+                with mutex:
+                    if pending:
+                        continue
+                    idle.append(asleep)
+                asleep.acquire()  # released by submit, which hands this thread work
+                continue
             if item is _STOP:
                 return
             fn, args = item
@@ -77,7 +101,7 @@ class TaskThreadPool:
 
     def stop(self, timeout: float = 10) -> None:
         for _ in self.threads:
-            self._inbox.put(_STOP)
+            self._put(_STOP)
         for t in self.threads:
             if t is not threading.current_thread():
                 t.join(timeout)
