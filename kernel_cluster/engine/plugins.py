@@ -7,7 +7,7 @@ that raises is logged and switched off: it can never break the scheduler.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ class SchedulerPlugin:
         """The scheduler is shutting down."""
 
 
+_Caller = tuple["SchedulerPlugin", Callable[..., Any]]
+
+
 class PluginSet:
     """The registered plugins, and safe calls into them."""
 
@@ -51,6 +54,8 @@ class PluginSet:
         self.plugins: dict[str, SchedulerPlugin] = {}
         self._by_transition: dict[tuple[str, str], list[SchedulerPlugin]] = {}
         self._everything: list[SchedulerPlugin] = []
+        self._callers: dict[tuple[str, str], tuple[_Caller, ...]] = {}
+        self._default_callers: tuple[_Caller, ...] = ()
 
     def add(self, plugin: SchedulerPlugin, name: str | None = None) -> str:
         name = name or plugin.name or f"{type(plugin).__name__}-{id(plugin):x}"
@@ -66,12 +71,21 @@ class PluginSet:
         return plugin
 
     def _index(self) -> None:
-        self._everything = [p for p in self.plugins.values() if p.transitions is None]
+        everything = [p for p in self.plugins.values() if p.transitions is None]
         by: dict[tuple[str, str], list[SchedulerPlugin]] = {}
         for p in self.plugins.values():
             for pair in p.transitions or ():
                 by.setdefault(pair, []).append(p)
+        self._everything = everything
         self._by_transition = by
+        # (plugin, its ``transition``) per (start, finish), ready for the hot path; the
+        # tuples are rebuilt, never changed in place, so a call in progress can go on
+        # iterating over the one it took
+        self._callers = {
+            pair: tuple((p, p.transition) for p in [*everything, *targeted])
+            for pair, targeted in by.items()
+        }
+        self._default_callers = tuple((p, p.transition) for p in everything)
 
     def wants_transitions(self) -> bool:
         return bool(self._everything or self._by_transition)
@@ -82,22 +96,22 @@ class PluginSet:
             return None
         return frozenset(self._by_transition)
 
-    def for_transition(self, start: str, finish: str) -> Iterable[SchedulerPlugin]:
-        targeted = self._by_transition.get((start, finish))
-        if targeted is None:
-            return self._everything
-        return [*self._everything, *targeted] if self._everything else targeted
+    def transition_callers(self, start: str, finish: str) -> tuple[_Caller, ...]:
+        """The plugins, and their ``transition`` methods, to call for this change."""
+        return self._callers.get((start, finish), self._default_callers)
+
+    def failed(self, plugin: SchedulerPlugin, method: str) -> None:
+        """``plugin`` raised (the exception is being handled): log it and switch it off."""
+        name = next((n for n, p in self.plugins.items() if p is plugin), repr(plugin))
+        logger.exception("Scheduler plugin %s failed in %s(); it is now disabled", name, method)
+        self.remove(name)
 
     def call(self, plugins: Iterable[SchedulerPlugin], method: str, *args: Any, **kw: Any) -> None:
         for plugin in tuple(plugins):  # a failing plugin is removed from the live list
             try:
                 getattr(plugin, method)(*args, **kw)
             except Exception:
-                name = next((n for n, p in self.plugins.items() if p is plugin), repr(plugin))
-                logger.exception(
-                    "Scheduler plugin %s failed in %s(); it is now disabled", name, method
-                )
-                self.remove(name)
+                self.failed(plugin, method)
 
     def call_all(self, method: str, *args: Any, **kw: Any) -> None:
         self.call(self.plugins.values(), method, *args, **kw)

@@ -114,8 +114,8 @@ class Scheduler:
         self.state.transition_filter = self.plugins.transition_filter() if wanted else None
 
     def _on_transition(self, ts: Any, start: str, finish: str, ev: Any) -> None:
-        plugins = self.plugins.for_transition(start, finish)
-        if not plugins:
+        callers = self.plugins.transition_callers(start, finish)
+        if not callers:
             return
         t = type(ev)
         if t is TaskFinished or t is TaskErred:  # the task ran: where, when, what it made
@@ -132,7 +132,12 @@ class Scheduler:
             kw = {"prefix": ts.prefix.name, "span_id": ts.group.span_id}
             if ev is not None:
                 kw["stimulus_id"] = ev.stimulus_id
-        self.plugins.call(plugins, "transition", ts.key, start, finish, **kw)
+        key = ts.key
+        for plugin, transition in callers:
+            try:
+                transition(key, start, finish, **kw)
+            except Exception:
+                self.plugins.failed(plugin, "transition")
 
     def close(self) -> None:
         self.plugins.call_all("close")

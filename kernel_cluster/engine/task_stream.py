@@ -25,21 +25,33 @@ class TaskStreamPlugin(SchedulerPlugin):
         self.buffer: deque[tuple] = deque(maxlen=maxlen)
         self.index = 0  # records ever made; the next one gets this number
 
-    def transition(self, key: Any, start: str, finish: str, *args: Any, **kw: Any) -> None:
-        worker = kw.get("worker")
+    def transition(
+        self,
+        key: Any,
+        start: str,
+        finish: str,
+        *args: Any,
+        worker: str | None = None,
+        prefix: str | None = None,
+        span_id: str | None = None,
+        thread: int | None = None,
+        nbytes: int = 0,
+        startstops: Any = (),
+        **kw: Any,
+    ) -> None:
         if worker is None:  # erred because an input failed: it never ran
             return
         self.buffer.append(
             (
                 self.index,
                 key,
-                kw.get("prefix"),
-                kw.get("span_id"),
+                prefix,
+                span_id,
                 worker,
-                kw.get("thread"),
+                thread,
                 "OK" if finish == "memory" else "error",
-                kw.get("nbytes", 0),
-                kw.get("startstops") or (),
+                nbytes,
+                startstops or (),
             )
         )
         self.index += 1
