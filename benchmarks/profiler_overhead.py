@@ -6,11 +6,16 @@ For each mode (embedded threads, worker processes) three configurations:
 ``profile=False``, ``profile_interval=0.01`` (the default) and ``0.001``, on:
   trivial   10,000 independent trivial tasks (map + gather): per-task cost dominates
   numpy     200 tasks sorting 250,000 random floats each: real work
-Runs are interleaved in rounds on fresh clusters (benchmarks/interleave.py); the
-overhead is read per round against the profiler-off run and summarised by the
-median over rounds, with its quartiles. Run-to-run noise on this kind of machine
-is ~10%, so the table also gives the sampling threads' own CPU time over the
-run's wall time (summed over workers): a floor on the cost that noise does not blur.
+All configurations run on the same workers: one cluster per mode, whose
+profiler is switched off or on at an interval between runs
+(``Worker.set_profiling`` through ``client.run``). Two clusters kept side by side
+here ran 10-15% apart, so comparing configurations on different clusters would
+measure the clusters; on the same workers only the sampling differs. Runs are
+interleaved in rounds in rotating order (benchmarks/interleave.py); the overhead is
+read per round against the profiler-off run and summarised by the median over
+rounds, with its quartiles. Run-to-run noise on this kind of machine is ~10%, so
+the table also gives the sampling threads' own CPU time over the run's wall time
+(summed over workers): a floor on the cost that noise does not blur.
 Target: at most 2% at the default interval.
 Results also go to benchmarks/results/profiler_overhead.json.
 """
@@ -25,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from interleave import close_client, compare, overhead
+from interleave import close_client, overhead, rounds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profiler_overhead.json"
 CONFIGS = {"off": None, "10ms": 0.01, "1ms": 0.001}
@@ -55,22 +60,27 @@ def sampler_cpu(client) -> float:
     return sum(client.run(read_profiler_cost).values())
 
 
+def profiling_at(dask_worker, interval: float | None) -> None:
+    dask_worker.set_profiling(interval)
+
+
 class Probe:
-    """Times a work on a client and keeps what its sampling threads cost meanwhile."""
+    """Times a work under one profiler setting; keeps what the sampling cost meanwhile."""
 
-    def __init__(self, work) -> None:
-        self.work = work
-        self.sampler_share: dict[str, list[float]] = {}
-        self.samples: dict[str, int] = {}
+    def __init__(self, client, work, config: str, shares: dict, samples: dict) -> None:
+        self.client, self.work, self.config = client, work, config
+        self.shares, self.samples = shares, samples
 
-    def __call__(self, client) -> float:
+    def __call__(self) -> float:
+        client, interval = self.client, CONFIGS[self.config]
+        client.run(profiling_at, interval=interval)  # a fresh profile, or none
         cpu0 = sampler_cpu(client)
         t = time.perf_counter()
         self.work(client)
         wall = time.perf_counter() - t
-        time.sleep(0.05)  # let each sampler publish its CPU time once more
-        share = (sampler_cpu(client) - cpu0) / wall
-        self.sampler_share.setdefault(client.bench_config, []).append(share)
+        if interval is not None:
+            self.shares[self.config].append((sampler_cpu(client) - cpu0) / wall)
+            self.samples[self.config] += client.profile()["count"]
         return wall
 
 
@@ -80,43 +90,32 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    repeats = 4 if args.quick else 16
+    repeats = 4 if args.quick else 24
     names = list(CONFIGS)
     report: dict = {}
     for mode, processes in [("embedded", False), ("processes", True)]:
-        samples: dict[str, int] = dict.fromkeys(names, 0)
-
-        def make(name: str, processes: bool = processes) -> Client:
-            interval = CONFIGS[name]
-            cluster = KernelCluster(
-                n_workers=2 if processes else 1,
-                threads_per_worker=1 if processes else 2,
-                processes=processes,
-                memory_limit=0,
-                profile=interval is not None,
-                profile_interval=interval or 0.01,
-            )
-            client = Client(cluster, set_as_default=False)
-            client.bench_config = name
-            return client
-
-        def close(client: Client, samples: dict[str, int] = samples) -> None:
-            if CONFIGS[client.bench_config] is not None:
-                samples[client.bench_config] += client.profile()["count"]
+        cluster = KernelCluster(
+            n_workers=2 if processes else 1,
+            threads_per_worker=1 if processes else 2,
+            processes=processes,
+            memory_limit=0,
+        )
+        client = Client(cluster, set_as_default=False)
+        try:
+            for wname, work in [("trivial", trivial), ("numpy", numpy_work)]:
+                shares: dict[str, list[float]] = {n: [] for n in names[1:]}
+                samples = dict.fromkeys(names[1:], 0)
+                runs = {n: Probe(client, work, n, shares, samples) for n in names}
+                walls = rounds(runs, repeats)  # one untimed run of each first
+                row: dict = {"off_s": statistics.median(walls["off"]), "runs_s": walls}
+                for n in names[1:]:
+                    row[f"{n}_s"] = statistics.median(walls[n])
+                    row[f"{n}_overhead"] = overhead(walls[n], walls["off"])
+                    row[f"{n}_sampler_cpu"] = statistics.median(shares[n])
+                    row[f"{n}_samples"] = samples[n]
+                report[f"{mode}/{wname}"] = row
+        finally:
             close_client(client)
-
-        probes = {"trivial": Probe(trivial), "numpy": Probe(numpy_work)}
-        times = compare(make, close, probes, names, repeats)
-        for wname, probe in probes.items():
-            walls = times[wname]
-            row: dict = {"off_s": statistics.median(walls["off"]), "runs_s": walls}
-            for n in names[1:]:
-                row[f"{n}_s"] = statistics.median(walls[n])
-                row[f"{n}_overhead"] = overhead(walls[n], walls["off"])
-                row[f"{n}_sampler_cpu"] = statistics.median(probe.sampler_share[n])
-            report[f"{mode}/{wname}"] = row
-        for n in names[1:]:
-            report[f"{mode}/samples_{n}"] = samples[n]
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print("overhead: median over rounds of (on / off - 1) [quartiles]; sampler CPU / wall")
@@ -137,7 +136,9 @@ def main(argv: list[str] | None = None) -> dict:
                 end="",
             )
         print()
-    print("samples taken:", {k: v for k, v in report.items() if not isinstance(v, dict)})
+    print(
+        "samples taken:", {k: {n: r[f"{n}_samples"] for n in names[1:]} for k, r in report.items()}
+    )
     return report
 
 

@@ -7,6 +7,7 @@ loop iteration, and receives per-key reports back on the loop thread.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import linecache
 import os
@@ -544,12 +545,17 @@ class Client:
 
     _diagnostics = diagnostics
 
-    def run(self, fn: Callable, workers: list[str] | None = None) -> dict:
-        """Call ``fn()`` on every worker, or ``fn(dask_worker=worker)`` if it takes that.
+    def run(
+        self, fn: Callable, *args: Any, workers: list[str] | None = None, **kwargs: Any
+    ) -> dict:
+        """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``), with
+        ``dask_worker=worker`` too if ``fn`` takes that.
 
         Returns ``{worker_address: result}``; an exception on any worker is raised here.
         """
         self._check_running()
+        if args or kwargs:
+            fn = functools.partial(fn, *args, **kwargs)
         return self._loop.run(self._scheduler.run_on_workers, fn, workers)
 
     def restart(self) -> None:

@@ -49,24 +49,29 @@ class FrameCache:
     def task_stack(self, frame: FrameType | None) -> list[Frame] | None:
         """The task's part of a thread's stack, outermost first; None when the thread is
         not inside a task's function (the engine's own work before or after it)."""
+        # find the boundary first: frames are described only once they are known to be
+        # the task's (a thread caught in the engine between tasks costs a bare walk)
+        inner: list[FrameType] = []
+        while frame is not None:
+            if id(frame.f_code) in _BOUNDARY:
+                break
+            inner.append(frame)
+            frame = frame.f_back
+        else:
+            return None
         entries = self.entries
         out: list[Frame] = []
         append = out.append
-        while frame is not None:
+        for frame in reversed(inner):
             code = frame.f_code
-            cid = id(code)
-            if cid in _BOUNDARY:
-                out.reverse()
-                return out
             # the instruction offset is free to read; the line number is worked out from
             # the code's line table, so only on a miss
-            where = (cid, frame.f_lasti)
+            where = (id(code), frame.f_lasti)
             entry = entries.get(where)
             if entry is None:
                 entry = self._describe(frame, code, where)
             append(entry[0])
-            frame = frame.f_back
-        return None
+        return out
 
     def _describe(self, frame: FrameType, code: Any, where: tuple) -> tuple[Frame, Any]:
         if len(self.entries) >= self.limit:
@@ -111,7 +116,7 @@ class Profiler:
         self.log = ProfileLog(now(), max_cycles)
         self.frames = FrameCache()
         self.lock = threading.Lock()
-        self.cpu_seconds = 0.0  # the sampling thread's CPU time: what profiling costs
+        self._cpu_at_exit = 0.0
         # the sampling thread sleeps by trying to acquire this lock (cheaper per wake-up
         # than Event.wait); wake() and stop() release it to cut the sleep short
         self._signal = threading.Lock()
@@ -127,6 +132,18 @@ class Profiler:
             self.log.recent_start = self.now()
         self._thread = threading.Thread(target=self._run, name=f"{self.name}-profile", daemon=True)
         self._thread.start()
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU time the sampling thread has used: what profiling costs. Read from the
+        thread's own CPU clock by whoever asks, so the sampler pays nothing for it."""
+        thread = self._thread
+        if thread is None or not thread.is_alive() or thread.ident is None:
+            return self._cpu_at_exit
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, AttributeError):  # it ended just now, or not a POSIX system
+            return self._cpu_at_exit
 
     def wake(self) -> None:
         """A task started on a worker that had none running: end the sampler's rest.
@@ -153,6 +170,12 @@ class Profiler:
             thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._cpu_at_exit = time.thread_time()
+
+    def _loop(self) -> None:
         clock = time.monotonic
         interval, cycle_interval = self.interval, self.cycle_interval
         signalled = self._signal.acquire
@@ -186,7 +209,6 @@ class Profiler:
             if now >= next_cycle:
                 self.cycle()
                 next_cycle += (math.floor((now - next_cycle) / cycle_interval) + 1) * cycle_interval
-            self.cpu_seconds = time.thread_time()
 
     def sample(self) -> int:
         """Count the current stack of every thread running a task; returns how many."""

@@ -175,15 +175,33 @@ class Worker:
         # these threads; its thread starts with the periodic tasks, and stops on close
         self.executing_by_thread: dict[int, tuple[Key, str]] = {}
         self.profiler: Profiler | None = None
+        self._profile_cycle_interval = profile_cycle_interval
         if profile:
-            self.profiler = Profiler(
-                self.executing_by_thread,
-                self.now,
-                interval=profile_interval,
-                cycle_interval=profile_cycle_interval,
-                name=self.name,
-            )
+            self.profiler = self._new_profiler(profile_interval)
         self._closed = False
+        self._started = False
+
+    def _new_profiler(self, interval: float) -> Profiler:
+        return Profiler(
+            self.executing_by_thread,
+            self.now,
+            interval=interval,
+            cycle_interval=self._profile_cycle_interval,
+            name=self.name,
+        )
+
+    def set_profiling(self, interval: float | None) -> None:
+        """Switch the statistical profiler off (None) or on at ``interval`` seconds.
+
+        Switching on starts a new profile (the samples taken so far are dropped), so
+        a cluster's profiling cost can be compared on and off on the very same workers.
+        """
+        new = None if interval is None else self._new_profiler(interval)  # checks it
+        old, self.profiler = self.profiler, new
+        if old is not None:
+            old.stop()
+        if new is not None and self._started and not self._closed:
+            new.start()
 
     def connect(self, scheduler: Channel) -> None:
         self.scheduler = scheduler
@@ -269,6 +287,7 @@ class Worker:
             loop.create_task(self.heartbeat_loop(heartbeat_interval)),
             loop.create_task(self._memory_monitor()),
         ]
+        self._started = True
         if self.profiler is not None:
             self.profiler.start()
 
@@ -490,8 +509,9 @@ class Worker:
         executing = self.executing_by_thread
         was_idle = not executing
         executing[ident] = (key, ts.prefix)
-        if was_idle and self.profiler is not None:
-            self.profiler.wake()  # it rests while no task runs
+        profiler = self.profiler
+        if was_idle and profiler is not None:
+            profiler.wake()  # it rests while no task runs
         try:
             if annotation is None:
                 return self._run_task(key, spec, inputs, submitted)

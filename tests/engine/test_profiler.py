@@ -230,6 +230,38 @@ def test_intervals_reach_the_workers_and_cycle_the_history(processes):
         assert all(t0 - 0.5 <= t <= t1 + 0.5 for t, _ in meta["counts"]), (t0, meta)
 
 
+def profiling_at(dask_worker, interval) -> None:
+    dask_worker.set_profiling(interval)
+
+
+def profiler_cost(dask_worker) -> float:
+    return 0.0 if dask_worker.profiler is None else dask_worker.profiler.cpu_seconds
+
+
+def test_profiling_switches_off_and_on_on_running_workers(processes):
+    """What the overhead benchmark does: the same workers, sampled or not."""
+    with (
+        KernelCluster(n_workers=1, threads_per_worker=1, processes=processes) as c,
+        Client(c, set_as_default=False) as client,
+    ):
+        client.run(profiling_at, interval=None)
+        assert list(client.run(profiler_threads).values()) == [(True, [])]
+        client.submit(napper, 1).result()
+        assert client.profile() == new_tree()
+
+        client.run(profiling_at, interval=0.005)
+        assert list(client.run(profiler_settings).values()) == [(0.005, 1.0)]
+        assert list(client.run(profiler_threads).values()) == [(False, ["worker-0-profile"])]
+        client.submit(napper, 2).result()
+        assert client.profile(prefix="napper")["count"] > 30
+        # what the sampling thread cost, read from its CPU clock while it runs
+        (cost,) = client.run(profiler_cost).values()
+        assert cost > 0.0
+        with pytest.raises(ValueError, match="positive"):
+            client.run(profiling_at, interval=0)
+        assert list(client.run(profiler_settings).values()) == [(0.005, 1.0)]
+
+
 @pytest.mark.embedded_only("reads the workers' threads in this process")
 def test_sampler_threads_stop_with_their_workers(processes):
     cluster = KernelCluster(n_workers=2, threads_per_worker=1)
