@@ -2,12 +2,15 @@
 
     .venv-bench/bin/python benchmarks/metrics_overhead.py [--quick]
 
-For each mode (embedded threads, worker processes), clusters with
-``fine_metrics=True`` and ``fine_metrics=False`` run:
+For each mode (embedded threads, worker processes), one cluster runs, with
+collection on and off:
   trivial   10,000 independent trivial tasks (map + gather): per-task cost dominates
   numpy     200 tasks sorting 250,000 random floats each: real work
-Runs are interleaved in rounds, each on a fresh cluster after one untimed run
-(benchmarks/interleave.py): the overhead is read per round, on against off, and
+Both settings run on the same workers, switched between runs
+(``Worker.set_fine_metrics`` through ``client.run``): two clusters kept side by
+side here ran 10-15% apart, so comparing settings on different clusters would
+measure the clusters. Runs are interleaved in rounds in rotating order
+(benchmarks/interleave.py); the overhead is read per round, on against off, and
 summarised by the median over rounds, with its quartiles. Target: at most 3%.
 Results also go to benchmarks/results/metrics_overhead.json.
 """
@@ -19,10 +22,11 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-from interleave import close_client, compare, overhead
+from interleave import close_client, overhead, rounds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "metrics_overhead.json"
 
@@ -49,37 +53,46 @@ def numpy_work(client) -> float:
     return time.perf_counter() - t
 
 
+def metrics_on(dask_worker, on: bool) -> None:
+    dask_worker.set_fine_metrics(on)
+
+
+def switched(client, work, on: bool) -> float:
+    client.run(metrics_on, on=on)
+    return work(client)
+
+
 def main(argv: list[str] | None = None) -> dict:
     from kernel_cluster import Client, KernelCluster
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
-    repeats = 4 if args.quick else 16
+    repeats = 4 if args.quick else 24
     report: dict = {}
     for mode, processes in [("embedded", False), ("processes", True)]:
-
-        def make(name: str, processes: bool = processes) -> Client:
-            cluster = KernelCluster(
-                n_workers=2 if processes else 1,
-                threads_per_worker=1 if processes else 2,
-                processes=processes,
-                fine_metrics=name == "on",
-                memory_limit=0,
-            )
-            return Client(cluster, set_as_default=False)
-
-        works = {"trivial": trivial, "numpy": numpy_work}
-        times = compare(make, close_client, works, ["on", "off"], repeats)
-        for name in works:
-            on, off = times[name]["on"], times[name]["off"]
-            report[f"{mode}/{name}"] = {
-                "on_s": statistics.median(on),
-                "off_s": statistics.median(off),
-                **overhead(on, off),
-                "on_runs": on,
-                "off_runs": off,
-            }
+        cluster = KernelCluster(
+            n_workers=2 if processes else 1,
+            threads_per_worker=1 if processes else 2,
+            processes=processes,
+            memory_limit=0,
+        )
+        client = Client(cluster, set_as_default=False)
+        try:
+            for name, work in [("trivial", trivial), ("numpy", numpy_work)]:
+                runs = {"on": partial(switched, client, work, True)}
+                runs["off"] = partial(switched, client, work, False)
+                times = rounds(runs, repeats)
+                on, off = times["on"], times["off"]
+                report[f"{mode}/{name}"] = {
+                    "on_s": statistics.median(on),
+                    "off_s": statistics.median(off),
+                    **overhead(on, off),
+                    "on_runs": on,
+                    "off_runs": off,
+                }
+        finally:
+            close_client(client)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print("overhead: median over rounds of (on / off - 1), quartiles; and of the medians")

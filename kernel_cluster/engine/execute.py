@@ -6,6 +6,7 @@ import os
 import threading
 import time
 import traceback as tb_module
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -148,6 +149,7 @@ class _Collector:
     it runs, since a trivial task's whole cost is a few microseconds."""
 
     def __init__(self) -> None:
+        _collectors.add(self)
         self.thread = threading.get_ident()
         self.cpu_mark = -1.0  # the thread's CPU time at the end of its last task
         self.frame = MeterFrame()
@@ -159,6 +161,14 @@ class _Collector:
 
 
 _local = threading.local()
+_collectors: weakref.WeakSet[_Collector] = weakref.WeakSet()
+
+
+def forget_cpu_marks() -> None:
+    """Task threads read their CPU clock afresh at their next task: after a time with
+    metrics off, the CPU used since a thread's last metered task is not that task's."""
+    for collector in list(_collectors):
+        collector.cpu_mark = -1.0
 
 
 def run_task_unmetered(

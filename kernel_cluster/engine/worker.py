@@ -40,7 +40,7 @@ from ..core.worker_messages import (
 )
 from ..core.worker_state import WorkerState
 from .comm import SerializationError, check_serializable
-from .execute import pack_exception, run_task, run_task_unmetered
+from .execute import forget_cpu_marks, pack_exception, run_task, run_task_unmetered
 from .meter import context_meter
 from .pool import TaskThreadPool
 from .profiler import Profiler
@@ -158,17 +158,12 @@ class Worker:
         self._send_objects = False
         self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
         # fine performance metrics: see core/metrics.py for what each part does
-        self.fine_metrics = fine_metrics
-        self._run_task = run_task if fine_metrics else run_task_unmetered
         self.metrics = MetricsLedger()
         self.timeline = ThreadTimeline(time.perf_counter())
-        self.timeline.add_threads(self.pool.idents, time.perf_counter())
         self._acc: dict[tuple, list] = {}  # (span, prefix) -> _ACC_FIELDS sums
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
-        if fine_metrics and isinstance(self.data, SpillBuffer):
-            # storing a result may spill: charge that to the task whose result it was
-            self.data.store_scope = context_meter.scope(self._charge_storing, MeterFrame())
+        self.set_fine_metrics(fine_metrics)
         self.transfer_incoming_log: list[dict] = []
         self.transfer_outgoing_log: list[dict] = []
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
@@ -180,6 +175,24 @@ class Worker:
             self.profiler = self._new_profiler(profile_interval)
         self._closed = False
         self._started = False
+
+    def set_fine_metrics(self, on: bool) -> None:
+        """Collect fine performance metrics or not (call on the loop thread).
+
+        What was collected stays; switching on starts the threads' time accounts
+        afresh, so the time spent with metrics off is nobody's. The overhead benchmark
+        compares the same workers both ways.
+        """
+        self.fine_metrics = on
+        self._run_task = run_task if on else run_task_unmetered
+        now = time.perf_counter()
+        self.timeline = ThreadTimeline(now, busy=self.timeline.busy)
+        self.timeline.add_threads(self.pool.idents, now)
+        forget_cpu_marks()
+        if isinstance(self.data, SpillBuffer):
+            # storing a result may spill: charge that to the task whose result it was
+            scope = context_meter.scope(self._charge_storing, MeterFrame()) if on else None
+            self.data.store_scope = scope
 
     def _new_profiler(self, interval: float) -> Profiler:
         return Profiler(

@@ -13,6 +13,10 @@ import pytest
 from kernel_cluster import Client, KernelCluster, context_meter
 
 
+def inc(x):
+    return x + 1
+
+
 def sleeper(x):
     time.sleep(0.1)
     return x
@@ -211,6 +215,25 @@ def test_collection_can_be_switched_off():
             Client(cluster) as client:  # fmt: skip
         assert client.gather(client.map(metered_io, range(2))) == [0, 1]
         assert client.fine_metrics(unit=None).empty
+
+
+def metrics_on(dask_worker, on) -> None:
+    dask_worker.set_fine_metrics(on)
+
+
+def test_collection_switches_off_and_on_on_running_workers(mclient):
+    """What the overhead benchmark does: the same workers, metered or not."""
+    mclient.gather(mclient.map(inc, range(4)))  # the task threads have read their CPU
+    mclient.run(metrics_on, on=False)
+    mclient.gather(mclient.map(python_loop, [300_000] * 4, pure=False))
+    assert execute(mclient, "python_loop") == {}
+    mclient.run(metrics_on, on=True)
+    mclient.gather(mclient.map(sleeper, range(4)))
+    m = execute(mclient, "sleeper")
+    assert execute(mclient, "sleeper", "count")["tasks"] == 4
+    assert m["thread-noncpu"] > 0.35
+    # the CPU the threads used while unmetered is not charged to the next tasks
+    assert m["thread-cpu"] < 0.05
 
 
 def test_heartbeat_deltas_are_summed_exactly_once(mclient):
