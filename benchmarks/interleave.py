@@ -7,17 +7,17 @@ and the overhead is read per round (a run against the baseline's run in the same
 round), then summarised by the median over rounds: drift between rounds cancels,
 and one disturbed run moves the median little.
 
-Clusters are made afresh for every run: two identical clusters kept side by side
-here ran 10-15% apart for as long as they lived (which one was faster changed
-from one pair to the next), a bias that would land on one configuration only.
+Configurations are compared on the same workers, switched between runs: two
+identical clusters kept side by side here ran 10-15% apart for as long as they
+lived (which one was faster changed from one pair to the next), a bias that would
+land on one configuration only.
 """
 
 from __future__ import annotations
 
 import gc
 import statistics
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -50,31 +50,23 @@ def overhead(times: list[float], baseline: list[float]) -> dict[str, float]:
     }
 
 
-def compare(
-    make: Callable[[str], Any],
-    close: Callable[[Any], None],
-    works: dict[str, Callable[[Any], float]],
-    names: list[str],
-    repeats: int,
-) -> dict[str, dict[str, list[float]]]:
-    """``times[work][name]``: each work timed on a fresh ``make(name)``, after one
-    untimed run on it, in ``repeats`` rounds with the names in rotating order."""
-    out: dict[str, dict[str, list[float]]] = {w: {n: [] for n in names} for w in works}
-    for w, work in works.items():
+def one_cluster_per_mode() -> Iterator[tuple[str, Any]]:
+    """("embedded", client) then ("processes", client): one cluster each, two worker
+    threads in all, closed when the caller moves on."""
+    from kernel_cluster import Client, KernelCluster
 
-        def fresh(name: str, work: Callable[[Any], float] = work) -> float:
-            thing = make(name)
-            try:
-                work(thing)  # warm up: imports, first threads, first connections
-                gc.collect()
-                return work(thing)
-            finally:
-                close(thing)
-
-        times = rounds({n: partial(fresh, n) for n in names}, repeats, warm_up=False)
-        for n in names:
-            out[w][n] = times[n]
-    return out
+    for mode, processes in [("embedded", False), ("processes", True)]:
+        cluster = KernelCluster(
+            n_workers=2 if processes else 1,
+            threads_per_worker=1 if processes else 2,
+            processes=processes,
+            memory_limit=0,
+        )
+        client = Client(cluster, set_as_default=False)
+        try:
+            yield mode, client
+        finally:
+            close_client(client)
 
 
 def close_client(client: Any) -> None:

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from interleave import close_client, overhead, rounds
+from interleave import one_cluster_per_mode, overhead, rounds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "metrics_overhead.json"
 
@@ -63,36 +63,24 @@ def switched(client, work, on: bool) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kernel_cluster import Client, KernelCluster
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     repeats = 4 if args.quick else 24
     report: dict = {}
-    for mode, processes in [("embedded", False), ("processes", True)]:
-        cluster = KernelCluster(
-            n_workers=2 if processes else 1,
-            threads_per_worker=1 if processes else 2,
-            processes=processes,
-            memory_limit=0,
-        )
-        client = Client(cluster, set_as_default=False)
-        try:
-            for name, work in [("trivial", trivial), ("numpy", numpy_work)]:
-                runs = {"on": partial(switched, client, work, True)}
-                runs["off"] = partial(switched, client, work, False)
-                times = rounds(runs, repeats)
-                on, off = times["on"], times["off"]
-                report[f"{mode}/{name}"] = {
-                    "on_s": statistics.median(on),
-                    "off_s": statistics.median(off),
-                    **overhead(on, off),
-                    "on_runs": on,
-                    "off_runs": off,
-                }
-        finally:
-            close_client(client)
+    for mode, client in one_cluster_per_mode():
+        for name, work in [("trivial", trivial), ("numpy", numpy_work)]:
+            runs = {"on": partial(switched, client, work, True)}
+            runs["off"] = partial(switched, client, work, False)
+            times = rounds(runs, repeats)
+            on, off = times["on"], times["off"]
+            report[f"{mode}/{name}"] = {
+                "on_s": statistics.median(on),
+                "off_s": statistics.median(off),
+                **overhead(on, off),
+                "on_runs": on,
+                "off_runs": off,
+            }
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print("overhead: median over rounds of (on / off - 1), quartiles; and of the medians")

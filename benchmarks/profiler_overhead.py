@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from interleave import close_client, overhead, rounds
+from interleave import one_cluster_per_mode, overhead, rounds
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profiler_overhead.json"
 CONFIGS = {"off": None, "10ms": 0.01, "1ms": 0.001}
@@ -85,37 +85,25 @@ class Probe:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from kernel_cluster import Client, KernelCluster
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     repeats = 4 if args.quick else 24
     names = list(CONFIGS)
     report: dict = {}
-    for mode, processes in [("embedded", False), ("processes", True)]:
-        cluster = KernelCluster(
-            n_workers=2 if processes else 1,
-            threads_per_worker=1 if processes else 2,
-            processes=processes,
-            memory_limit=0,
-        )
-        client = Client(cluster, set_as_default=False)
-        try:
-            for wname, work in [("trivial", trivial), ("numpy", numpy_work)]:
-                shares: dict[str, list[float]] = {n: [] for n in names[1:]}
-                samples = dict.fromkeys(names[1:], 0)
-                runs = {n: Probe(client, work, n, shares, samples) for n in names}
-                walls = rounds(runs, repeats)  # one untimed run of each first
-                row: dict = {"off_s": statistics.median(walls["off"]), "runs_s": walls}
-                for n in names[1:]:
-                    row[f"{n}_s"] = statistics.median(walls[n])
-                    row[f"{n}_overhead"] = overhead(walls[n], walls["off"])
-                    row[f"{n}_sampler_cpu"] = statistics.median(shares[n])
-                    row[f"{n}_samples"] = samples[n]
-                report[f"{mode}/{wname}"] = row
-        finally:
-            close_client(client)
+    for mode, client in one_cluster_per_mode():
+        for wname, work in [("trivial", trivial), ("numpy", numpy_work)]:
+            shares: dict[str, list[float]] = {n: [] for n in names[1:]}
+            samples = dict.fromkeys(names[1:], 0)
+            runs = {n: Probe(client, work, n, shares, samples) for n in names}
+            walls = rounds(runs, repeats)  # one untimed run of each first
+            row: dict = {"off_s": statistics.median(walls["off"]), "runs_s": walls}
+            for n in names[1:]:
+                row[f"{n}_s"] = statistics.median(walls[n])
+                row[f"{n}_overhead"] = overhead(walls[n], walls["off"])
+                row[f"{n}_sampler_cpu"] = statistics.median(shares[n])
+                row[f"{n}_samples"] = samples[n]
+            report[f"{mode}/{wname}"] = row
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print("overhead: median over rounds of (on / off - 1) [quartiles]; sampler CPU / wall")

@@ -163,7 +163,8 @@ class Worker:
         self._acc: dict[tuple, list] = {}  # (span, prefix) -> _ACC_FIELDS sums
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
-        self.set_fine_metrics(fine_metrics)
+        self.timeline.add_threads(self.pool.idents, time.perf_counter())
+        self._use_fine_metrics(fine_metrics)
         self.transfer_incoming_log: list[dict] = []
         self.transfer_outgoing_log: list[dict] = []
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
@@ -183,12 +184,15 @@ class Worker:
         afresh, so the time spent with metrics off is nobody's. The overhead benchmark
         compares the same workers both ways.
         """
-        self.fine_metrics = on
-        self._run_task = run_task if on else run_task_unmetered
+        self._use_fine_metrics(on)
         now = time.perf_counter()
         self.timeline = ThreadTimeline(now, busy=self.timeline.busy)
         self.timeline.add_threads(self.pool.idents, now)
         forget_cpu_marks()
+
+    def _use_fine_metrics(self, on: bool) -> None:
+        self.fine_metrics = on
+        self._run_task = run_task if on else run_task_unmetered
         if isinstance(self.data, SpillBuffer):
             # storing a result may spill: charge that to the task whose result it was
             scope = context_meter.scope(self._charge_storing, MeterFrame()) if on else None
