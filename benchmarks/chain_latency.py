@@ -46,19 +46,18 @@ def process_mode(n: int = 2000, repeats: int = 5) -> float:
 
 
 def embedded_breakdown(n: int = 1000) -> dict[str, float]:
-    marks: list[tuple] = []
+    passes: list[float] = []  # when the loop began handling finished tasks
+    runs: list[tuple] = []  # (handed to the pool, started, ended), perf_counter clock
     original_done = worker_module.Worker._on_tasks_done
     original_account = worker_module.Worker._account
 
     def on_done(self):
-        marks.append(("drain", time.perf_counter()))
+        passes.append(time.perf_counter())
         return original_done(self)
 
-    def account(self, ev):
-        handed = self._handed.get(ev.key)
-        if handed and ev.run:
-            marks.append(("run", handed[0], ev.run[0], ev.run[1]))
-        return original_account(self, ev)
+    def account(self, events):
+        runs.extend(ev.run for ev in events if getattr(ev, "run", None))
+        return original_account(self, events)
 
     worker_module.Worker._on_tasks_done = on_done
     worker_module.Worker._account = account
@@ -67,22 +66,22 @@ def embedded_breakdown(n: int = 1000) -> dict[str, float]:
         cluster = KernelCluster(n_workers=1, threads_per_worker=1, memory_limit=0)
         with cluster, Client(cluster, set_as_default=False) as client:
             client.get(dsk, key)
-            marks.clear()
+            passes.clear()
+            runs.clear()
             client.get(dsk, key)
     finally:
         worker_module.Worker._on_tasks_done = original_done
         worker_module.Worker._account = original_account
-    runs = [m for m in marks if m[0] == "run"]
-    drains = [m[1] for m in marks if m[0] == "drain"]
+    runs.sort()
     parts: dict[str, list[float]] = {"wake": [], "loop work": [], "hand-off": [], "task": []}
     for prev, nxt in itertools.pairwise(runs):
-        i = bisect.bisect_left(drains, prev[3])
-        if i >= len(drains):
+        i = bisect.bisect_left(passes, prev[2])  # the loop pass that handled ``prev``
+        if i >= len(passes) or not passes[i] < nxt[0]:
             continue
-        parts["wake"].append(drains[i] - prev[3])
-        parts["loop work"].append(nxt[1] - drains[i])
-        parts["hand-off"].append(nxt[2] - nxt[1])
-        parts["task"].append(prev[3] - prev[2])
+        parts["wake"].append(passes[i] - prev[2])
+        parts["loop work"].append(nxt[0] - passes[i])
+        parts["hand-off"].append(nxt[1] - nxt[0])
+        parts["task"].append(prev[2] - prev[1])
     return {k: 1e6 * statistics.median(v) for k, v in parts.items()}
 
 

@@ -43,7 +43,7 @@ from .diagnostics.source import set_default_source
 from .engine.cluster import KernelCluster
 from .engine.comm import SerializationError
 from .engine.execute import unpack_exception
-from .futures import CancelledError, Future, FutureState
+from .futures import FAILED, CancelledError, Future, FutureState, Latch
 from .tokenize import funcname, function_token, tokenize
 
 _default_cluster: KernelCluster | None = None
@@ -242,6 +242,23 @@ class Client:
                 f"Future {key!r} is not done after {timeout} s; the task keeps running."
             )
 
+    def _wait_all(self, states: list[FutureState], fail_fast: bool) -> None:
+        """Until every state is done (or, with ``fail_fast``, one is not "finished").
+
+        One wake-up for the lot: waiting on each in turn costs the engine an event to
+        set and this thread a wake-up per result that lands while it sleeps.
+        """
+        with self._lock:
+            pending = [st for st in states if not st.done()]
+            if not pending or (fail_fast and any(st.status in FAILED for st in states)):
+                return
+            latch = Latch(len(pending), fail_fast)
+            for st in pending:
+                if st.callbacks is None:
+                    st.callbacks = []
+                st.callbacks.append(functools.partial(latch.count_down, st))
+        latch.event.wait()
+
     # -- submitting work --------------------------------------------------------------
 
     def submit(
@@ -374,8 +391,7 @@ class Client:
                 self._refcount[k] = self._refcount.get(k, 0) + 1
                 states.append(st)
         try:
-            for k, st in zip(wanted, states):
-                self._wait_for(st, k, None)
+            self._wait_all(states, fail_fast=True)
             for k, st in zip(wanted, states):
                 if st.status == "error":
                     assert st.exception is not None
@@ -399,14 +415,14 @@ class Client:
             raise ValueError(f"errors={errors!r}: use 'raise' or 'skip'.")
         flat: list[Future] = []
         _collect_futures(futures, flat)
-        for f in flat:
-            self._wait_for(f._state, f.key, None)
+        self._wait_all([f._state for f in flat], fail_fast=errors == "raise")
         good = []
         failed: tuple[FutureState, Key] | None = None
         for f in flat:
-            if f._state.status == "finished":
+            status = f._state.status
+            if status == "finished":
                 good.append(f.key)
-            elif errors == "raise":
+            elif errors == "raise" and status in FAILED:  # others may still be pending
                 failed = f._state, f.key
                 break
         if failed is not None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 DONE = frozenset({"finished", "error", "cancelled"})
+FAILED = frozenset({"error", "cancelled"})
 
 
 class CancelledError(concurrent.futures.CancelledError):
@@ -47,6 +48,27 @@ class FutureState:
 
     def done(self) -> bool:
         return self.status in DONE
+
+
+class Latch:
+    """Wakes a thread waiting on many futures once: when all are done, or (``fail_fast``)
+    when one fails. ``count_down`` is their done-callback (engine thread, or the thread
+    that cancels)."""
+
+    __slots__ = ("_lock", "event", "fail_fast", "n")
+
+    def __init__(self, n: int, fail_fast: bool):
+        self.n = n
+        self.fail_fast = fail_fast
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+
+    def count_down(self, state: FutureState) -> None:
+        with self._lock:
+            self.n -= 1
+            last = self.n == 0
+        if last or (self.fail_fast and state.status in FAILED):
+            self.event.set()
 
 
 class Future:

@@ -104,6 +104,22 @@ def test_gather_and_get_raise_the_task_error(client):
         client.get(dsk, ["c", "b"])
 
 
+def test_get_and_gather_raise_as_soon_as_a_key_fails(client, new_event):
+    # the first key is still running when the second fails: the error comes back at
+    # once, not after the slow key is done (its task is released and cancelled)
+    event = new_event()
+    dsk = {"slow": (blocked_until, event, 1), "bad": (fail_on, 3, 3)}
+    with pytest.raises(CustomError, match="bad input 3"):
+        client.get(dsk, ["slow", "bad"])
+    slow = client.submit(blocked_until, event, 2)
+    bad = client.submit(fail_on, 4, 4)
+    with pytest.raises(CustomError, match="bad input 4"):
+        client.gather([slow, bad])
+    assert not slow.done()
+    event.set()
+    assert client.gather([slow, bad], errors="skip") == [2]
+
+
 def test_an_error_in_a_nested_task_of_a_dict_graph(client):
     dsk = {"a": 1, "b": (inc, (user_function_that_fails, (inc, "a")))}
     with pytest.raises(CustomError, match="failed on 2") as info:
