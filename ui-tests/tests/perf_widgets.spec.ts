@@ -2,23 +2,14 @@
 // runs a workload; the widgets fill in from the kernel's updates, answer hover,
 // zoom and the prefix selector (a round trip to the kernel).
 import { expect, galata, test } from '@jupyterlab/galata';
-import type { Locator } from '@playwright/test';
 import * as fs from 'fs';
 import * as path from 'path';
+import { paintedPixels } from './canvas';
 
 const artifacts = path.resolve(__dirname, '..', 'artifacts');
 const NOTEBOOK = 'perf_widgets.ipynb';
 
 test.use({ autoGoto: true, viewport: { width: 1280, height: 1600 } });
-
-async function paintedPixels(canvas: Locator): Promise<number> {
-  return canvas.evaluate((c: HTMLCanvasElement) => {
-    const data = (c.getContext('2d') as CanvasRenderingContext2D).getImageData(0, 0, c.width, c.height).data;
-    let n = 0;
-    for (let i = 3; i < data.length; i += 4) if (data[i] > 0) n++;
-    return n;
-  });
-}
 
 test('live task stream and flame graph widgets', async ({ page, tmpPath }) => {
   fs.mkdirSync(artifacts, { recursive: true });

@@ -1,21 +1,12 @@
 // A generated performance report opens from disk, offline, and shows its panels.
-import { expect, test, type Locator } from '@playwright/test';
+import { expect, test } from '@playwright/test';
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
+import { paintedPixels } from './canvas';
 
 const venv = process.env.KC_VENV || path.resolve(__dirname, '..', '..', '.venv');
 const artifacts = path.resolve(__dirname, '..', 'artifacts');
-
-/** Pixels of a canvas that are not transparent. */
-async function paintedPixels(canvas: Locator): Promise<number> {
-  return canvas.evaluate((c: HTMLCanvasElement) => {
-    const data = (c.getContext('2d') as CanvasRenderingContext2D).getImageData(0, 0, c.width, c.height).data;
-    let n = 0;
-    for (let i = 3; i < data.length; i += 4) if (data[i] > 0) n++;
-    return n;
-  });
-}
 
 test('a performance report opens offline and shows its panels', async ({ browser }) => {
   fs.mkdirSync(artifacts, { recursive: true });

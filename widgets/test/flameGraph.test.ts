@@ -5,17 +5,13 @@ import { flattenNested, type FlatProfile } from '../src/profileData';
 import { staticProfileSource } from '../src/profileSources';
 import { clockTime } from '../src/profileTimeline';
 import widget from '../src/widget';
-import { bigProfile, MockModel, profileMessage, recordingContext, smallProfile } from './helpers';
+import { bigProfile, canvasHost, MockModel, profileMessage, recordingContext, smallProfile } from './helpers';
 
 let host: HTMLDivElement;
 let rec: ReturnType<typeof recordingContext>;
 const views: FlameGraphView[] = [];
 beforeEach(() => {
-  document.body.replaceChildren();
-  host = document.createElement('div');
-  document.body.append(host);
-  rec = recordingContext();
-  vi.spyOn(HTMLCanvasElement.prototype, 'getContext').mockImplementation(() => rec.ctx);
+  ({ host, rec } = canvasHost());
 });
 afterEach(() => {
   for (const v of views.splice(0)) v.destroy();

@@ -1,5 +1,6 @@
 // Test helpers: messages encoded as kernel_cluster/diagnostics/feeds.py encodes them,
 // and a mock of the anywidget model (no kernel, no comm).
+import { vi } from 'vitest';
 import type { FlatProfile, NestedFrame } from '../src/profileData';
 import type { Handler, MetricsPart, ProfilePart, RecordsPart, SpanRecord, TasksPart, WidgetModel } from '../src/types';
 
@@ -310,4 +311,14 @@ export function bigProfile(n: number): NestedFrame {
     }
   }
   return root;
+}
+
+/** A fresh page with one host element, and every canvas drawing into a recording context. */
+export function canvasHost(): { host: HTMLDivElement; rec: ReturnType<typeof recordingContext> } {
+  document.body.replaceChildren();
+  const host = document.createElement('div');
+  document.body.append(host);
+  const rec = recordingContext();
+  vi.spyOn(HTMLCanvasElement.prototype, 'getContext').mockImplementation(() => rec.ctx);
+  return { host, rec };
 }

@@ -3,16 +3,12 @@ import { ACTION_COLORS, PREFIX_PALETTE } from '../src/colors';
 import { Store } from '../src/store';
 import { packColor, TaskStreamView } from '../src/taskStream';
 import widget from '../src/widget';
-import { manyTasks, MockModel, recordingContext, TasksEncoder, type Rec } from './helpers';
+import { canvasHost, manyTasks, MockModel, recordingContext, TasksEncoder, type Rec } from './helpers';
 
 let host: HTMLDivElement;
 let rec: ReturnType<typeof recordingContext>;
 beforeEach(() => {
-  document.body.replaceChildren();
-  host = document.createElement('div');
-  document.body.append(host);
-  rec = recordingContext();
-  vi.spyOn(HTMLCanvasElement.prototype, 'getContext').mockImplementation(() => rec.ctx);
+  ({ host, rec } = canvasHost());
 });
 afterEach(async () => {
   await new Promise((r) => setTimeout(r, 40)); // let scheduled frames draw before the canvas mock goes
