@@ -85,10 +85,11 @@ class LostDependency(RuntimeError):
 
 
 _priority = attrgetter("priority")
-_NO_INPUTS: dict = {}
-MAX_EXTRA_SLOTS = (
-    32  # per thread; see _extra_slots  # shared by every task without inputs; never mutated
-)
+_NO_INPUTS: dict = {}  # shared by every task without inputs; never mutated
+MAX_EXTRA_SLOTS = 32  # per thread; see _extra_slots
+# tasks a worker may be processing, beyond one per thread, before no more are sent to it
+# ahead of their inputs (see _send_ahead)
+SEND_AHEAD = 8
 
 
 class SchedulerState:
@@ -248,6 +249,11 @@ class SchedulerState:
             else:
                 if not ts.waiting_on:
                     self._ready.append(ts)
+                elif len(ts.waiting_on) == 1:
+                    # submitted after its input started (a chain of client.submit calls)
+                    for dts in ts.waiting_on:
+                        if dts.state == "processing" and dts.processing_on is not None:
+                            self._send_ahead(dts, dts.processing_on, (ts,))
 
     # -- choosing a worker ------------------------------------------------------------
 
@@ -350,6 +356,42 @@ class SchedulerState:
                 self._span_annotation(ts.group.span_id),
             )
         )
+        if ts.dependents:
+            self._send_ahead(ts, ws)
+
+    def _send_ahead(
+        self, ts: TaskState, ws: WorkerRecord, dependents: Iterable[TaskState] = ()
+    ) -> None:
+        """Send ``ts``'s dependents that wait on ``ts`` alone, and whose other inputs are
+        all on ``ws``, to ``ws`` now, before ``ts`` has finished.
+
+        They would go to ``ws`` anyway once ``ts`` is in memory there (all their input
+        bytes would be local). Sent now, the worker starts each the moment its input is
+        ready, on the very thread that made it (the worker's ExecuteAfter), instead of
+        after a round trip through the scheduler: a chain of tasks runs without waking
+        the event loop between its links. Such a task is ``processing`` while its
+        input is still processing on the same worker (``waiting_on`` holds it); at most
+        ``nthreads + SEND_AHEAD`` tasks are processing on a worker for this.
+        """
+        for dts in dependents or ts.dependents:
+            if dts.state != "waiting" or len(dts.waiting_on) != 1:
+                continue
+            allowed = dts.worker_restrictions
+            if allowed is not None and ws.address not in allowed:
+                continue
+            if any(d is not ts and ws not in d.who_has for d in dts.dependencies):
+                continue
+            if len(ws.processing) >= ws.nthreads + SEND_AHEAD:
+                ws.speculation_blocked.append(ts)  # tried again as tasks finish here
+                return
+            self._send(dts, ws)
+
+    def _send_blocked_ahead(self, ws: WorkerRecord) -> None:
+        blocked = ws.speculation_blocked
+        while blocked and len(ws.processing) < ws.nthreads + SEND_AHEAD:
+            ts = blocked.pop()
+            if ts.processing_on is ws:
+                self._send_ahead(ts, ws)
 
     def _span_annotation(self, span_id: str | None) -> dict | None:
         span = self.spans.spans.get(span_id) if span_id is not None else None
@@ -401,16 +443,21 @@ class SchedulerState:
         self._set_state(ts, "memory", ev)
         ready = self._ready
         for dts in ts.dependents:
-            if dts.state == "waiting":
+            state = dts.state
+            if state == "waiting":
                 dts.waiting_on.discard(ts)
                 if not dts.waiting_on:
                     ready.append(dts)
+            elif state == "processing":  # sent ahead (_send_ahead)
+                dts.waiting_on.discard(ts)
         self._release_inputs(ts)
         if ts.who_wants:
             self._report(ts)
         elif not ts.waiters:
             self._release(ts)
         self._refill(ws)
+        if ws.speculation_blocked:
+            self._send_blocked_ahead(ws)
 
     def _add_replica(self, ts: TaskState, ws: WorkerRecord, nbytes: int) -> None:
         if ws not in ts.who_has:
@@ -526,17 +573,24 @@ class SchedulerState:
             return
         self._reschedule(ts)
 
-    def _reschedule(self, ts: TaskState) -> None:
-        """Take a processing task back and schedule it again from scratch."""
-        ws = ts.processing_on
-        if ws is not None:
-            ws.processing.discard(ts)
-            ts.processing_on = None
-            self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
-        self._set_state(ts, "waiting")
-        self._requeue_waiting(ts)
-        if ws is not None:
-            self._refill(ws)
+    def _reschedule(self, root: TaskState) -> None:
+        """Take a processing task back and schedule it again from scratch, with the
+        dependents sent ahead to wait for it on the same worker (``_send_ahead``)."""
+        stack = [root]
+        while stack:
+            ts = stack.pop()
+            ws = ts.processing_on
+            if ws is not None:
+                ws.processing.discard(ts)
+                ts.processing_on = None
+                self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+            self._set_state(ts, "waiting")
+            self._requeue_waiting(ts)
+            for dts in ts.dependents:
+                if dts.state == "processing" and ts in dts.waiting_on:
+                    stack.append(dts)
+            if ws is not None:
+                self._refill(ws)
 
     # -- releasing and forgetting -----------------------------------------------------
 
@@ -720,6 +774,8 @@ class SchedulerState:
         self.total_nthreads -= ws.nthreads
         self.spans.nthreads_changed(ev.time, self.total_nthreads)
         for ts in sorted(ws.processing):
+            if ts.processing_on is not ws:
+                continue  # erred meanwhile with an input that killed the worker
             ws.processing.discard(ts)
             ts.processing_on = None
             if not ev.expected:
@@ -812,11 +868,14 @@ class SchedulerState:
             else:
                 assert not ts.who_has, (ts, ts.who_has)
             if ts.state == "processing":
-                assert ts.processing_on is not None and ts in ts.processing_on.processing, ts
-                assert all(d.state == "memory" for d in ts.dependencies), ts
+                ws = ts.processing_on
+                assert ws is not None and ts in ws.processing, ts
+                # inputs in memory, or (sent ahead) processing on the same worker
+                for dts in ts.dependencies:
+                    assert dts.state == "memory" or dts.processing_on is ws, (ts, dts)
             else:
                 assert ts.processing_on is None, ts
-            if ts.state == "waiting":
+            if ts.state in ("waiting", "processing"):
                 assert ts.waiting_on == {d for d in ts.dependencies if d.state != "memory"}, ts
             for dts in ts.dependencies:
                 assert ts in dts.dependents, (ts, dts)

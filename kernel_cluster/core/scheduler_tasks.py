@@ -7,7 +7,7 @@ instruments can read counts and durations without walking tasks.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any, Literal
 
 from .keys import Key
@@ -127,6 +127,7 @@ class WorkerRecord:
         "nthreads",
         "processing",
         "saturation_limit",
+        "speculation_blocked",
     )
 
     def __init__(self, address: str, nthreads: int, memory_limit: int, name: str):
@@ -138,6 +139,10 @@ class WorkerRecord:
         self.has_what: set[TaskState] = set()
         self.nbytes = 0
         self.saturation_limit = nthreads
+        # tasks processing here whose dependents could not be sent ahead for lack of
+        # room (SchedulerState._send_ahead); looked at again, newest first, as tasks
+        # finish here. Bounded: forgetting one costs a round trip, not a result.
+        self.speculation_blocked: deque[TaskState] = deque(maxlen=32)
 
     def __repr__(self) -> str:
         return f"<WorkerRecord {self.address} processing={len(self.processing)}>"

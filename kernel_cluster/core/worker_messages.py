@@ -43,6 +43,8 @@ class ExecuteSucceeded:
     stimulus_id: str = ""
     run: tuple[float, float, float] | None = None
     metrics: tuple | None = None
+    # the task the same thread went on to run with this value (see ExecuteAfter)
+    then: Key | None = None
 
 
 @dataclass(slots=True)
@@ -99,6 +101,18 @@ class PauseChanged:
 @dataclass(slots=True)
 class Execute:
     key: Key
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class ExecuteAfter:
+    """``key`` waits on nothing but ``after``, which a task thread is running: that
+    thread may go on to ``key`` as soon as ``after`` succeeds, with no trip through the
+    event loop. The shell offers it; if the thread takes it, ``after``'s
+    ExecuteSucceeded says so (``then``), else ``key`` is made ready the usual way."""
+
+    key: Key
+    after: Key
     stimulus_id: str = ""
 
 

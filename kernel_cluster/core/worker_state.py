@@ -22,6 +22,7 @@ from .scheduler_messages import ComputeTask, FreeKeys
 from .worker_messages import (
     ComputeRequested,
     Execute,
+    ExecuteAfter,
     ExecuteFailed,
     ExecuteSkipped,
     ExecuteSucceeded,
@@ -50,6 +51,7 @@ class WorkerTask:
         "dependents",
         "key",
         "nbytes",
+        "offered",
         "prefix",
         "priority",
         "requested",
@@ -76,6 +78,7 @@ class WorkerTask:
         self.nbytes = 0
         self.startstops: list[tuple] = []
         self.requested = False  # the scheduler asked this worker to compute it
+        self.offered = False  # waiting, and offered to the thread of its input (ExecuteAfter)
         self.cancelled = False
 
     def __repr__(self) -> str:
@@ -172,12 +175,32 @@ class WorkerState:
                 dts.cancelled = False
         if ts.waiting_for_data:
             self._set_state(ts, "waiting")
+            self._offer_continuation(ts)
         else:
             self._make_ready(ts)
 
+    def _offer_continuation(self, ts: WorkerTask) -> None:
+        """``ts`` waits on one input only, which a task thread here will compute (it is
+        ready or executing, or itself offered): that thread may run ``ts`` straight
+        after (``ExecuteAfter``). A chain of tasks then runs link after link on one
+        thread, without a wake-up of the event loop and of a task thread per link."""
+        if len(ts.waiting_for_data) != 1 or self.paused:
+            return
+        for dts in ts.waiting_for_data:
+            state = dts.state
+            if (
+                state == "ready" or state == "executing" or (state == "waiting" and dts.offered)
+            ) and not dts.cancelled:
+                ts.offered = True
+                self._out.append(ExecuteAfter(ts.key, dts.key, self._stimulus_id))
+
     def _make_ready(self, ts: WorkerTask) -> None:
         self._set_state(ts, "ready")
+        ts.offered = False
         heapq.heappush(self.ready, (ts.priority, ts))
+        for dts in ts.dependents:
+            if dts.state == "waiting" and not dts.offered:
+                self._offer_continuation(dts)
 
     def _handle_free_keys_requested(self, ev: FreeKeysRequested) -> None:
         for key in ev.keys:
@@ -259,6 +282,14 @@ class WorkerState:
         ts = self._end_execution(ev.key)
         if ts is None:
             return
+        if ev.then is not None:
+            # the thread went on to this waiting dependent: it is executing already
+            nts = self.tasks.get(ev.then)
+            if nts is not None and nts.state == "waiting" and nts.waiting_for_data == {ts}:
+                nts.waiting_for_data.clear()
+                nts.offered = False
+                self._set_state(nts, "executing")
+                self.executing.add(nts)
         self.data[ts.key] = ev.value
         ts.nbytes = ev.nbytes
         self._set_state(ts, "memory")
@@ -307,6 +338,8 @@ class WorkerState:
                 dts.waiting_for_data.discard(ts)
                 if not dts.waiting_for_data:
                     self._make_ready(dts)
+                else:
+                    self._offer_continuation(dts)
 
     # -- fetching inputs from peers ---------------------------------------------------
 

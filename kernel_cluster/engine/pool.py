@@ -69,7 +69,6 @@ class TaskThreadPool:
         pending, idle, mutex = self._pending, self._idle, self._mutex
         asleep = _thread.allocate_lock()
         asleep.acquire()
-        done = self.done
         # Tasks run in a context of their own, which keeps what they leave in context
         # variables (the task runner's metrics listener stays installed for good) out
         # of the owner's wake-up callbacks: those copy the calling thread's context.
@@ -90,14 +89,20 @@ class TaskThreadPool:
             ident = threading.get_ident()
             self.running.add(ident)
             try:
-                done.append(run(fn, *args))
+                result = run(fn, *args)
             finally:
                 self.running.discard(ident)
-            if not self._wake_pending:
-                # the owner clears the flag before draining, so a result appended after
-                # its drain always triggers a new wake
-                self._wake_pending = True
-                self._wake()
+            self.emit(result)
+
+    def emit(self, result: Any) -> None:
+        """Hand a result to the owner (from a task thread); ``fn`` may call it for
+        results it has before its own return value."""
+        self.done.append(result)
+        if not self._wake_pending:
+            # the owner clears the flag before draining, so a result appended after its
+            # drain always triggers a new wake
+            self._wake_pending = True
+            self._wake()
 
     def stop(self, timeout: float = 10) -> None:
         for _ in self.threads:

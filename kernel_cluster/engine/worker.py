@@ -26,6 +26,7 @@ from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
 from ..core.worker_messages import (
     ComputeRequested,
     Execute,
+    ExecuteAfter,
     ExecuteSkipped,
     ExecuteSucceeded,
     FreeKeysRequested,
@@ -50,6 +51,7 @@ from .spill import SpillBuffer
 logger = logging.getLogger(__name__)
 
 _NO_DATA: dict = {}
+_TAKEN = object()  # in Worker._follow: the task ended, no follower may be offered any more
 
 
 def _identity(value: Any) -> Any:
@@ -92,6 +94,12 @@ _ACC_FIELDS = (
 
 def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
     return {k: data[k] for k in keys}
+
+
+def _read_inputs_and(data: MutableMapping, keys: list[Key], key: Key, value: Any) -> dict:
+    inputs = {k: data[k] for k in keys}
+    inputs[key] = value
+    return inputs
 
 
 class Channel(Protocol):
@@ -157,6 +165,10 @@ class Worker:
         self.scheduler: Channel | None = None
         self._send_objects = False
         self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
+        # key -> the task its thread may run next (ExecuteAfter), or _TAKEN once the key
+        # has ended; setdefault on both sides decides, without a lock, whether the thread
+        # took the offer. Entries go when the loop handles the key's outcome.
+        self._follow: dict[Key, Any] = {}
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
         self.timeline = ThreadTimeline(time.perf_counter())
@@ -361,6 +373,10 @@ class Worker:
         events = self.pool.drain()
         if self.fine_metrics:
             self._account(events)
+        follow = self._follow
+        if follow:
+            for ev in events:
+                follow.pop(ev.key, None)
         self.handle(*events)
 
     # -- fine performance metrics -----------------------------------------------------
@@ -476,6 +492,8 @@ class Worker:
                         "stimulus_id": inst.stimulus_id,
                     }
                 )
+            elif t is ExecuteAfter:
+                self._offer_after(inst)
             elif t is GatherDep:
                 self.loop.create_task(self._gather_dep(inst))
             elif t is SendReplicasAdded:
@@ -515,10 +533,50 @@ class Worker:
         submitted = time.perf_counter() if self.fine_metrics else 0.0
         self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted)
 
+    def _offer_after(self, inst: ExecuteAfter) -> None:
+        """Offer ``inst.key`` to the thread running ``inst.after`` (see ``_run``); an
+        offer made after that thread finished is refused, and the task is made ready
+        the usual way when ``after``'s result is handled."""
+        ts = self.state.tasks[inst.key]
+        others = [d.key for d in ts.dependencies if d.key != inst.after]
+        self._follow.setdefault(inst.after, (inst.key, ts.spec, others, ts.annotation))
+
     def _run(
-        self, key: Key, spec: Any, inputs: dict, annotation: dict | None, submitted: float
+        self, key: Key, spec: Any, inputs: Any, annotation: dict | None, submitted: float
     ) -> Any:
-        """On a task thread: skip a task cancelled while it waited in the pool's queue."""
+        """On a task thread: run the task, then, while one was offered (``_offer_after``),
+        the task waiting on nothing but its result, without waiting for the loop."""
+        ev = self._run_one(key, spec, inputs, annotation, submitted)
+        follow = self._follow
+        while type(ev) is ExecuteSucceeded:
+            offer = follow.setdefault(key, _TAKEN)
+            if offer is _TAKEN:
+                break
+            value = ev.value
+            next_key, spec, others, annotation = offer
+            data = self.data
+            if not others:
+                inputs = {key: value}
+            elif type(data) is dict:
+                try:
+                    inputs = {k: data[k] for k in others}
+                except KeyError:  # released meanwhile: the loop will sort it out
+                    break
+                inputs[key] = value
+            else:  # read as part of the task: unspilling is its time
+                inputs = partial(_read_inputs_and, data, others, key, value)
+            ev.then = next_key
+            # handed over the moment its input ended: the time until it starts is executor
+            submitted = ev.run[2] if ev.run is not None else 0.0
+            self.pool.emit(ev)
+            key = next_key
+            ev = self._run_one(key, spec, inputs, annotation, submitted)
+        return ev
+
+    def _run_one(
+        self, key: Key, spec: Any, inputs: Any, annotation: dict | None, submitted: float
+    ) -> Any:
+        """Skip a task cancelled while it waited in the pool's queue."""
         ts = self.state.tasks.get(key)
         if ts is None or ts.cancelled or self.state.paused:
             return ExecuteSkipped(key)

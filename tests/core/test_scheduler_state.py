@@ -80,14 +80,37 @@ def test_single_task_lifecycle():
 
 def test_dependent_waits_and_gets_who_has():
     s = Sched(("w1", 1), ("w2", 1))
-    out = s.submit({"a": (), "b": ("a",)}, ["b"])
-    assert set(computes(out)) == {"a"}
+    s.submit({"a1": (), "a2": ()}, ["a1", "a2"])
+    s.finish("a1", "w1")
+    s.finish("a2", "w2", nbytes=20)
+    out = s.submit({"b": ("a1", "a2", "c"), "c": ()}, ["b"])
+    assert set(computes(out)) == {"c"}  # b's inputs are on two workers: it waits
     assert s.state("b") == "waiting"
-    worker = computes(out)["a"].worker
-    out = s.finish("a", worker)
+    worker = computes(out)["c"].worker
+    out = s.finish("c", worker, nbytes=1)
     ct = computes(out)["b"]
-    assert ct.who_has == {"a": (worker,)}
-    assert ct.worker == worker  # prefers the worker holding the input
+    assert ct.who_has == {"a1": ("w1",), "a2": ("w2",), "c": (worker,)}
+    assert ct.worker == "w2"  # prefers the worker holding most of the input bytes
+    s.finish("b", "w2")
+    s.handle(ClientReleasedKeys("c", ["a1", "a2"]))
+    # the inputs are no longer needed: their data is dropped but they stay as lineage
+    assert s.state("a1") == s.state("a2") == s.state("c") == "released"
+    s.handle(ClientReleasedKeys("c", ["b"]))
+    assert all(s.state(k) == "forgotten" for k in ("a1", "a2", "b", "c"))
+
+
+def test_dependent_waiting_on_one_input_is_sent_ahead_to_its_worker():
+    s = Sched(("w1", 1), ("w2", 1))
+    out = s.submit({"a": (), "b": ("a",)}, ["b"])
+    worker = computes(out)["a"].worker
+    # b waits on a alone, which runs on `worker`: it would go there anyway, so it goes
+    # now, and the worker starts it the moment a is done
+    ct = computes(out)["b"]
+    assert ct.worker == worker and ct.who_has == {"a": ()}
+    assert s.state("b") == "processing" and s.s.tasks["b"].waiting_on == {s.s.tasks["a"]}
+    out = s.finish("a", worker)
+    assert not computes(out)
+    assert s.state("b") == "processing" and not s.s.tasks["b"].waiting_on
     s.finish("b", worker)
     # "a" is no longer needed: its data is dropped but it stays as lineage of "b"
     assert s.state("a") == "released"
@@ -251,7 +274,8 @@ def test_worker_death_reschedules_processing_and_recomputes_lost_data():
     # "a" was only on w1 and a client wants it: it runs again, on the survivor
     assert reports(out)[("c", "a")].status == "lost"
     assert computes(out)["a"].worker == "w2"
-    assert s.state("b") == "waiting"
+    # b waits on a alone again: sent ahead to where a now runs
+    assert computes(out)["b"].worker == "w2"
     s.finish("a", "w2")
     assert s.state("b") == "processing"
     assert s.s.tasks["b"].suspicious == 1
@@ -392,3 +416,86 @@ def test_cluster_busy_is_announced_when_work_starts_and_ends():
     out = s.finish("b", "w")
     assert [i.busy for i in out if isinstance(i, ClusterBusy)] == [False]
     assert s.s.n_pending == 0
+
+
+# -- dependents sent ahead of their inputs (_send_ahead) ------------------------------------
+
+
+def chain(n: int) -> dict:
+    return {f"x{i}": ((f"x{i - 1}",) if i else ()) for i in range(n)}
+
+
+def test_a_chain_is_sent_ahead_a_bounded_number_of_links_at_a_time():
+    from kernel_cluster.core.scheduler_state import SEND_AHEAD
+
+    s = Sched(("w", 1))
+    out = s.submit(chain(30), ["x29"])
+    ahead = 1 + SEND_AHEAD  # one per thread, plus SEND_AHEAD
+    assert list(computes(out)) == [f"x{i}" for i in range(ahead)]
+    assert all(ct.worker == "w" for ct in computes(out).values())
+    assert computes(out)["x1"].who_has == {"x0": ()}  # the input is not anywhere yet
+    # each link that finishes makes room for one more
+    out = s.finish("x0", "w")
+    assert list(computes(out)) == [f"x{ahead}"]
+    for i in range(1, 30):
+        s.finish(f"x{i}", "w")
+    assert s.state("x29") == "memory"
+
+
+def test_input_failing_fails_the_dependents_sent_ahead_and_frees_them():
+    s = Sched(("w", 1))
+    s.submit(chain(3), ["x2"])
+    exc = ValueError("bad")
+    out = s.handle(TaskErred("x0", "w", exc, None, "text"))
+    assert {("w", "x1"), ("w", "x2")} <= freed(out)
+    assert s.state("x2") == "erred" and s.state("x1") in ("erred", "released")
+    assert reports(out)[("c", "x2")].exception is exc
+
+
+def test_input_taken_back_takes_back_the_dependents_sent_ahead():
+    s = Sched(("w1", 1), ("w2", 1))
+    s.submit({"z": ()}, ["z"])
+    s.finish("z", "w1")
+    s.submit({"a": ("z",), "b": ("a",)}, ["b"])
+    assert s.s.tasks["b"].processing_on.address == "w1"
+    # w1 could not read z for a: a is taken back and scheduled anew, and b with it
+    out = s.handle(DependencyUnavailable("a", "z", "w1"))
+    assert {("w1", "a"), ("w1", "b")} <= freed(out)
+    sent = computes(out)
+    assert set(sent) == {"a", "b"} and sent["b"].worker == sent["a"].worker
+
+
+def test_worker_death_takes_back_a_chain_sent_ahead():
+    s = Sched(("w1", 1), ("w2", 1))
+    s.submit(chain(4), ["x3"])
+    first = s.s.tasks["x0"].processing_on.address
+    other = "w2" if first == "w1" else "w1"
+    out = s.handle(WorkerRemoved(first))
+    # the chain starts over on the survivor, sent ahead again there
+    assert {ct.worker for ct in computes(out).values()} == {other}
+    assert set(computes(out)) == {"x0", "x1", "x2", "x3"}
+    for i in range(4):
+        s.finish(f"x{i}", other)
+    assert s.state("x3") == "memory"
+
+
+def test_input_killing_its_worker_fails_the_dependents_sent_ahead_there():
+    s = Sched(("w0", 1), ("w1", 1), allowed_failures=1)
+    s.submit({"x0": ()}, ["x0"])
+    first = s.s.tasks["x0"].processing_on.address
+    s.handle(WorkerRemoved(first))  # x0 has killed one worker
+    s.submit({"x1": ("x0",)}, ["x1"])
+    survivor = s.s.tasks["x0"].processing_on.address
+    assert s.s.tasks["x1"].processing_on.address == survivor
+    out = s.handle(WorkerRemoved(survivor))  # and a second: x0 fails, and so does x1
+    assert isinstance(reports(out)[("c", "x1")].exception, KilledWorker)
+    # erred, not brought back to waiting by the removal of the worker it was sent to
+    assert s.state("x0") == s.state("x1") == "erred"
+
+
+def test_cancelling_a_chain_sent_ahead_frees_every_link_on_the_worker():
+    s = Sched(("w", 1))
+    s.submit(chain(3), ["x2"])
+    out = s.handle(ClientCancelledKeys("c", ["x2"]))
+    assert freed(out) == {("w", "x0"), ("w", "x1"), ("w", "x2")}
+    assert not s.s.tasks

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kernel_cluster.core.worker_messages import (
     ComputeRequested,
     Execute,
+    ExecuteAfter,
     ExecuteFailed,
     ExecuteSkipped,
     ExecuteSucceeded,
@@ -33,8 +34,10 @@ class W:
             ComputeRequested(key, f"spec-{key}", who_has or {}, nbytes or {}, p, key)
         )
 
-    def done(self, key, value=1, nbytes=8, start=0.0, stop=1.0) -> list:
-        return self.handle(ExecuteSucceeded(key, value, nbytes, "int", [("compute", start, stop)]))
+    def done(self, key, value=1, nbytes=8, start=0.0, stop=1.0, then=None) -> list:
+        return self.handle(
+            ExecuteSucceeded(key, value, nbytes, "int", [("compute", start, stop)], then=then)
+        )
 
     def handle(self, *events) -> list:
         out = self.w.handle_stimulus(*events)
@@ -198,3 +201,81 @@ def test_compute_for_key_already_held_reports_at_once():
     out = w.compute("a")
     assert [m.key for m in of(SendTaskFinished, out)] == ["a"]
     assert not executes(out)
+
+
+# -- a chain's links run one after the other on one thread (ExecuteAfter) ------------------
+
+
+def offers(out: list) -> list:
+    return [(i.key, i.after) for i in out if isinstance(i, ExecuteAfter)]
+
+
+def test_a_task_waiting_on_one_local_input_is_offered_to_the_thread_computing_it():
+    w = W()
+    assert executes(w.compute("a")) == ["a"]
+    # the scheduler sent b and c ahead of their inputs (who_has is empty)
+    out = w.compute("b", who_has={"a": ()})
+    assert offers(out) == [("b", "a")] and not executes(out)
+    assert offers(w.compute("c", who_has={"b": ()})) == [("c", "b")]
+    # the thread ran b straight after a, then c after b: neither is handed to the pool
+    out = w.done("a", then="b")
+    assert not executes(out) and w.w.tasks["b"].state == "executing"
+    out = w.done("b", then="c")
+    assert not executes(out) and w.w.tasks["c"].state == "executing"
+    out = w.done("c")
+    assert [m.key for m in of(SendTaskFinished, out)] == ["c"]
+    assert w.w.tasks["c"].state == "memory"
+
+
+def test_an_offer_the_thread_did_not_take_runs_the_usual_way():
+    w = W()
+    w.compute("a")
+    assert offers(w.compute("b", who_has={"a": ()})) == [("b", "a")]
+    # the thread had finished a before the offer reached it
+    out = w.done("a")
+    assert executes(out) == ["b"]
+
+
+def test_no_offer_while_another_input_is_missing_or_the_input_is_not_local():
+    w = W()
+    w.compute("a")
+    out = w.compute("b", who_has={"a": (), "x": ("peer",)})
+    assert not offers(out) and of(GatherDep, out)
+    # the fetched input arrives while a still runs: now b waits on a alone
+    out = w.handle(GatherDepSucceeded("peer", {"x": 1}, {"x": 8}, 0.0, 1.0))
+    assert offers(out) == [("b", "a")]
+    # an input fetched from a peer has no thread to follow
+    assert not offers(w.compute("c", who_has={"y": ("peer",)}))
+
+
+def test_offered_task_whose_input_fails_waits_until_the_scheduler_frees_it():
+    w = W()
+    w.compute("a")
+    w.compute("b", who_has={"a": ()})
+    out = w.handle(ExecuteFailed("a", ValueError("bad"), None, "ValueError: bad", []))
+    assert of(SendTaskErred, out) and not executes(out)
+    assert w.w.tasks["b"].state == "waiting"
+    w.handle(FreeKeysRequested(["b"]))
+    w.handle(FreeKeysRequested(["a"]))
+    assert not w.w.tasks
+
+
+def test_offered_task_freed_before_its_thread_reports_is_dropped():
+    w = W()
+    w.compute("a")
+    w.compute("b", who_has={"a": ()})
+    w.handle(FreeKeysRequested(["b"]))
+    assert "b" not in w.w.tasks
+    # the thread had taken the offer: its run of b (skipped, or done) changes nothing
+    out = w.done("a", then="b")
+    assert "b" not in w.w.tasks and not executes(out)
+    for outcome in (ExecuteSkipped("b"), ExecuteSucceeded("b", 2, 8, "int", [])):
+        out = w.handle(outcome)
+        assert not of(SendTaskFinished, out) and "b" not in w.w.data
+
+
+def test_no_offers_while_paused():
+    w = W()
+    w.compute("a")
+    w.handle(PauseChanged(True))
+    assert not offers(w.compute("b", who_has={"a": ()}))

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from kernel_cluster import Client, KernelCluster, MemorySampler, SchedulerPlugin
+from kernel_cluster.futures import wait
 
 
 def inc(x):
@@ -106,6 +107,7 @@ def test_transfers_and_disk_are_in_the_stream():
             Client(cluster) as client:  # fmt: skip
         with client.get_task_stream() as ts:
             arrays = client.map(np.ones, [1_000_000] * 6, pure=False)
+            wait(arrays)  # all made (most spilled) before they are read back
             client.gather(client.map(np.sum, arrays))
         actions = {ss["action"] for r in ts.data for ss in r["startstops"]}
         assert {"compute", "disk-write", "disk-read"} <= actions

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kernel_cluster import Client, KernelCluster, context_meter
+from kernel_cluster.futures import wait
 
 
 def inc(x):
@@ -174,6 +175,7 @@ def test_memory_pressure_shows_disk_and_compression_with_bytes():
     with KernelCluster(n_workers=1, threads_per_worker=2, memory_limit="20 MB") as cluster, \
             Client(cluster) as client:  # fmt: skip
         arrays = client.map(make_array, range(8))  # 64 MB through a 20 MB worker
+        wait(arrays)  # all made (most spilled) before they are read back
         sums = client.gather(client.map(np.sum, arrays))
         assert sums == [1_000_000.0 * i for i in range(8)]
         df = client.fine_metrics(unit=None)

@@ -5,10 +5,22 @@ from __future__ import annotations
 import threading
 from operator import add
 
+import pytest
+
 from kernel_cluster.client import Client
 from kernel_cluster.futures import wait
 
-from .helpers import CallLog, held_keys, keys_in_memory, on_loop, scheduler_keys, settled
+from .helpers import (
+    CallLog,
+    blocked_until,
+    held_keys,
+    keys_in_memory,
+    on_loop,
+    on_workers,
+    scheduler_keys,
+    settled,
+    wait_for,
+)
 
 
 def inc(x):
@@ -75,6 +87,80 @@ def test_a_chain_of_two_thousand_chained_submits(client, cluster):
     settled(cluster, lambda: held_keys(cluster), {f.key}, "values held")
     assert keys_in_memory(cluster) == {f.key}
     assert len(scheduler_keys(cluster)) == n
+
+
+def went_straight_to_executing(dask_worker) -> list:
+    """Keys this worker ran on the thread of their input, right after it (ExecuteAfter):
+    from waiting to executing with no stop in the ready queue."""
+    return [
+        k
+        for k, old, new, _ in dask_worker.state.transition_log
+        if (old, new) == ("waiting", "executing")
+    ]
+
+
+def fail_at(x: int, bad: int) -> int:
+    if x == bad:
+        raise ValueError(f"link {bad} failed")
+    return x + 1
+
+
+def test_a_chain_runs_link_after_link_on_the_thread_of_its_input(client, cluster):
+    n = 300
+    dsk = {("c", 0): (inc, 0)}
+    for i in range(1, n):
+        dsk[("c", i)] = (inc, ("c", i - 1))
+    assert client.get(dsk, ("c", n - 1)) == n
+    # the scheduler sent links ahead of their inputs to the worker running the chain,
+    # and that worker's thread went on from each link to the next without the loop
+    followed = [k for keys in on_workers(cluster, went_straight_to_executing).values()
+                for k in keys if k in dsk]  # fmt: skip
+    assert len(followed) > n // 2, len(followed)
+
+
+def test_a_failing_link_fails_the_rest_of_the_chain_and_nothing_else(client, cluster):
+    n, bad = 100, 60
+    dsk = {("c", 0): (fail_at, 0, bad)}
+    for i in range(1, n):
+        dsk[("c", i)] = (fail_at, ("c", i - 1), bad)
+    with pytest.raises(ValueError, match=f"link {bad} failed"):
+        client.get(dsk, ("c", n - 1))
+    assert client.get(dsk, ("c", bad - 1)) == bad  # the links before it are fine
+    futures = [client.submit(fail_at, 0, -1)]
+    for _ in range(n - 1):
+        futures.append(client.submit(fail_at, futures[-1], bad))
+    with pytest.raises(ValueError, match=f"link {bad} failed"):
+        futures[-1].result()
+    assert futures[bad - 1].result() == bad
+    assert [f.status for f in futures[bad:]] == ["error"] * (n - bad)
+
+
+def test_cancelling_a_chain_sent_ahead_of_a_running_link(client, cluster, new_event):
+    event = new_event()
+    first = client.submit(blocked_until, event, 0)
+    links = [first]
+    for _ in range(30):
+        links.append(client.submit(inc, links[-1]))
+    # the links wait on the worker for the blocked first one: cancel them all there
+    wait_for(lambda: sum(on_workers(cluster, lambda dask_worker: len(dask_worker.state.tasks))
+                         .values()) > 1, what="links to reach the worker")  # fmt: skip
+    client.cancel(links[1:])
+    event.set()
+    assert first.result() == 0
+    assert all(f.cancelled() for f in links[1:])
+    # and the engine carries on: the same chain again runs to the end
+    again = client.submit(inc, first)
+    for _ in range(29):
+        again = client.submit(inc, again)
+    assert again.result() == 30
+
+
+def test_a_chain_whose_links_read_a_second_input_held_on_the_worker(client, cluster):
+    offset = client.submit(inc, 9)  # 10, on one worker: the chain runs there
+    f = client.submit(add, 0, offset)
+    for _ in range(199):
+        f = client.submit(add, f, offset)
+    assert f.result() == 2_000
 
 
 # -- trees and diamonds ---------------------------------------------------------------
