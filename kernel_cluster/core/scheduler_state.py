@@ -8,6 +8,11 @@ Reference counting: a task is *needed* while a client wants it or a dependent
 waits on it. A task nobody needs is released (its data dropped); a released task
 with no dependents and no client is forgotten. Released tasks that still have
 dependents stay as lineage, so lost data can be recomputed.
+
+A task is ``processing`` once it is sent to a worker: normally when all its
+inputs are in memory, or earlier when its one missing input is processing on
+that same worker (``_send_ahead``), so that the worker can start it the moment
+the input is done. Until then its ``waiting_on`` still holds that input.
 """
 
 from __future__ import annotations

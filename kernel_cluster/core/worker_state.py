@@ -8,6 +8,12 @@ Task states here: ``waiting`` (inputs missing), ``ready``, ``executing``,
 ``memory``, ``error``, and for inputs held elsewhere ``fetch`` -> ``flight``.
 A task the scheduler no longer wants while it runs or travels is marked
 ``cancelled``; its outcome is dropped when it arrives.
+
+A task that waits on one input only, which this worker is about to compute, is
+offered to the thread that will compute it (``ExecuteAfter``). If the thread
+takes the offer, it runs the task right after the input, and the input's
+``ExecuteSucceeded`` says so (``then``): the task goes from ``waiting`` straight
+to ``executing``. Otherwise the task is made ready the usual way.
 """
 
 from __future__ import annotations
