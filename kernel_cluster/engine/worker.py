@@ -51,7 +51,6 @@ from .spill import SpillBuffer
 logger = logging.getLogger(__name__)
 
 _NO_DATA: dict = {}
-_TAKEN = object()  # in Worker._follow: the task ended, no follower may be offered any more
 
 
 def _identity(value: Any) -> Any:
@@ -165,9 +164,10 @@ class Worker:
         self.scheduler: Channel | None = None
         self._send_objects = False
         self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
-        # key -> the task its thread may run next (ExecuteAfter), or _TAKEN once the key
-        # has ended; setdefault on both sides decides, without a lock, whether the thread
-        # took the offer. Entries go when the loop handles the key's outcome.
+        # key -> the task the thread running it may run next (ExecuteAfter). The thread
+        # takes an offer by popping it when the key ends; an offer it missed (made just
+        # after) is dropped when the loop handles the key's outcome, and the task is
+        # then made ready the usual way. Empty unless chains are running.
         self._follow: dict[Key, Any] = {}
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
@@ -374,7 +374,7 @@ class Worker:
         if self.fine_metrics:
             self._account(events)
         follow = self._follow
-        if follow:
+        if follow:  # offers their thread did not take
             for ev in events:
                 follow.pop(ev.key, None)
         self.handle(*events)
@@ -534,9 +534,9 @@ class Worker:
         self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted)
 
     def _offer_after(self, inst: ExecuteAfter) -> None:
-        """Offer ``inst.key`` to the thread running ``inst.after`` (see ``_run``); an
-        offer made after that thread finished is refused, and the task is made ready
-        the usual way when ``after``'s result is handled."""
+        """Offer ``inst.key`` to the thread running ``inst.after`` (see ``_run``). One
+        offer per key: a second one is dropped, and that task is made ready the usual
+        way when ``after``'s result is handled."""
         ts = self.state.tasks[inst.key]
         others = [d.key for d in ts.dependencies if d.key != inst.after]
         self._follow.setdefault(inst.after, (inst.key, ts.spec, others, ts.annotation))
@@ -548,9 +548,9 @@ class Worker:
         the task waiting on nothing but its result, without waiting for the loop."""
         ev = self._run_one(key, spec, inputs, annotation, submitted)
         follow = self._follow
-        while type(ev) is ExecuteSucceeded:
-            offer = follow.setdefault(key, _TAKEN)
-            if offer is _TAKEN:
+        while follow and type(ev) is ExecuteSucceeded:
+            offer = follow.pop(key, None)
+            if offer is None:
                 break
             value = ev.value
             next_key, spec, others, annotation = offer
