@@ -537,7 +537,9 @@ class Worker:
         """Offer ``inst.key`` to the thread running ``inst.after`` (see ``_run``). One
         offer per key: a second one is dropped, and that task is made ready the usual
         way when ``after``'s result is handled."""
-        ts = self.state.tasks[inst.key]
+        ts = self.state.tasks.get(inst.key)
+        if ts is None or ts.state != "waiting":  # freed later in the same batch
+            return
         others = [d.key for d in ts.dependencies if d.key != inst.after]
         self._follow.setdefault(inst.after, (inst.key, ts.spec, others, ts.annotation))
 

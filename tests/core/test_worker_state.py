@@ -279,3 +279,13 @@ def test_no_offers_while_paused():
     w.compute("a")
     w.handle(PauseChanged(True))
     assert not offers(w.compute("b", who_has={"a": ()}))
+
+
+def test_an_offer_followed_by_its_release_in_one_batch_is_withdrawn():
+    w = W()
+    w.compute("a")
+    out = w.handle(
+        ComputeRequested("b", "spec-b", {"a": ()}, {}, (0, 9, 9), "b"), FreeKeysRequested(["b"])
+    )
+    # the offer went out before the release: the shell must find b gone and skip it
+    assert offers(out) == [("b", "a")] and "b" not in w.w.tasks

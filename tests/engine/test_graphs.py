@@ -163,6 +163,30 @@ def test_a_chain_whose_links_read_a_second_input_held_on_the_worker(client, clus
     assert f.result() == 2_000
 
 
+@pytest.mark.embedded_only("hands events to a worker object in this process")
+def test_a_task_offered_and_freed_in_one_batch_is_not_run(client, cluster, new_event):
+    from kernel_cluster.core.worker_messages import ComputeRequested, FreeKeysRequested
+
+    event = new_event()
+    a = client.submit(blocked_until, event, 1)
+
+    def running_a():
+        for w in cluster.workers.values():
+            ts = w.state.tasks.get(a.key)
+            if ts is not None and ts.state == "executing":
+                return w
+        return None
+
+    wait_for(running_a, what="a to start")
+    worker = running_a()
+    # b waits on a alone (it is offered to a's thread), and is freed in the same batch
+    b = ComputeRequested("b", None, {a.key: ()}, {}, (0, 0, 0), "b")
+    on_loop(cluster, worker.handle, b, FreeKeysRequested(["b"]))
+    assert "b" not in worker.state.tasks and not worker._follow
+    event.set()
+    assert a.result() == 1
+
+
 # -- trees and diamonds ---------------------------------------------------------------
 
 
