@@ -387,12 +387,12 @@ class SchedulerState:
             if any(d is not ts and ws not in d.who_has for d in dts.dependencies):
                 continue
             if len(ws.processing) >= ws.nthreads + SEND_AHEAD:
-                ws.speculation_blocked.append(ts)  # tried again as tasks finish here
+                ws.ahead_blocked.append(ts)  # tried again as tasks finish here
                 return
             self._send(dts, ws)
 
     def _send_blocked_ahead(self, ws: WorkerRecord) -> None:
-        blocked = ws.speculation_blocked
+        blocked = ws.ahead_blocked
         while blocked and len(ws.processing) < ws.nthreads + SEND_AHEAD:
             ts = blocked.pop()
             if ts.processing_on is ws:
@@ -461,7 +461,7 @@ class SchedulerState:
         elif not ts.waiters:
             self._release(ts)
         self._refill(ws)
-        if ws.speculation_blocked:
+        if ws.ahead_blocked:
             self._send_blocked_ahead(ws)
 
     def _add_replica(self, ts: TaskState, ws: WorkerRecord, nbytes: int) -> None:

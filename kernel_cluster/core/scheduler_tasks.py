@@ -120,6 +120,7 @@ class WorkerRecord:
 
     __slots__ = (
         "address",
+        "ahead_blocked",
         "has_what",
         "memory_limit",
         "name",
@@ -127,7 +128,6 @@ class WorkerRecord:
         "nthreads",
         "processing",
         "saturation_limit",
-        "speculation_blocked",
     )
 
     def __init__(self, address: str, nthreads: int, memory_limit: int, name: str):
@@ -142,7 +142,7 @@ class WorkerRecord:
         # tasks processing here whose dependents could not be sent ahead for lack of
         # room (SchedulerState._send_ahead); looked at again, newest first, as tasks
         # finish here. Bounded: forgetting one costs a round trip, not a result.
-        self.speculation_blocked: deque[TaskState] = deque(maxlen=32)
+        self.ahead_blocked: deque[TaskState] = deque(maxlen=32)
 
     def __repr__(self) -> str:
         return f"<WorkerRecord {self.address} processing={len(self.processing)}>"

@@ -96,7 +96,7 @@ def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
 
 
 def _read_inputs_and(data: MutableMapping, keys: list[Key], key: Key, value: Any) -> dict:
-    inputs = {k: data[k] for k in keys}
+    inputs = _read_inputs(data, keys)
     inputs[key] = value
     return inputs
 
@@ -561,10 +561,9 @@ class Worker:
                 inputs = {key: value}
             elif type(data) is dict:
                 try:
-                    inputs = {k: data[k] for k in others}
+                    inputs = _read_inputs_and(data, others, key, value)
                 except KeyError:  # released meanwhile: the loop will sort it out
                     break
-                inputs[key] = value
             else:  # read as part of the task: unspilling is its time
                 inputs = partial(_read_inputs_and, data, others, key, value)
             ev.then = next_key
