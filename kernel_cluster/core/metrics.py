@@ -7,9 +7,10 @@ Three parts, kept apart on purpose:
   ``digest_metric(label, value, unit)`` without knowing who listens; whoever
   runs that code (the task runner, a transfer) installs a callback in the
   context and decides what the numbers belong to.
-- ``ThreadTimeline`` accounts for the time *between* tasks on each worker
-  thread, so that every second of every thread is attributed once: a task's
-  run, the executor hand-off before it, or idle.
+- ``ThreadAccount`` sums one worker thread's tasks as they end, on that
+  thread, and the time *between* them, so that every second of every thread
+  is attributed once: a task's run, the executor hand-off before it, or idle.
+  ``ThreadTimeline`` holds a worker's accounts and whether the cluster is busy.
 - ``MetricsLedger`` holds a worker's running totals and the delta since the
   last heartbeat; ``add_metrics`` sums deltas on the scheduler.
 
@@ -166,34 +167,130 @@ def check_metric(label: Any, value: Any, unit: Any) -> None:
         raise TypeError(f"Metric {label!r} needs a unit such as 'seconds' or 'bytes'.")
 
 
-# -- time between tasks ------------------------------------------------------------------
+# -- a task thread's time -----------------------------------------------------------------
+
+# What a thread's account sums per (span, prefix), in this order.
+TASK_FIELDS = (
+    ("thread-cpu", "seconds"),
+    ("thread-noncpu", "seconds"),
+    ("executor", "seconds"),
+    ("other", "seconds"),
+    ("tasks", "count"),
+    ("output", "bytes"),
+    ("deserialize", "seconds"),  # of the task itself, in a worker process
+)
+_NO_TASKS = (0.0, 0.0, 0.0, 0.0, 0, 0, 0.0)
+
+
+class ThreadAccount:
+    """One task thread's running totals, added to by that thread as its tasks end.
+
+    The thread adds; the worker's loop reads (``take``). Nothing is locked or
+    swapped: the loop compares the totals with what it saw at its previous look.
+    Totals only grow, so a look that lands in the middle of a task's update moves
+    part of that task to the next look, and nothing is lost or counted twice.
+
+    ``mark`` is how far the thread's time has been accounted: a task picked up at
+    ``start`` closes the gap ``[mark, start]``: idle until the task was handed to
+    the pool (``submitted``), executor hand-off after. The loop moves ``mark`` only
+    while the thread runs no task (``ThreadTimeline.set_busy``).
+    """
+
+    __slots__ = ("_seen", "_seen_extra", "_seen_idle", "extra", "idle", "mark", "sums", "timeline")
+
+    def __init__(self, timeline: ThreadTimeline, now: float):
+        self.timeline = timeline
+        self.mark = now
+        self.sums: dict[tuple, list] = {}  # (span, prefix) -> TASK_FIELDS totals
+        self.extra: dict[tuple, float] = {}  # (span, prefix, label, unit) -> total
+        self.idle = 0.0
+        self._seen: dict[tuple, list] = {}
+        self._seen_extra: dict[tuple, float] = {}
+        self._seen_idle = 0.0
+
+    def add(
+        self,
+        group: tuple,
+        submitted: float,
+        start: float,
+        stop: float,
+        cpu: float,
+        noncpu: float,
+        other: float,
+        deserialize: float,
+        nbytes: int,
+    ) -> None:
+        """A task of ``group`` (span, prefix) handed to the pool at ``submitted`` ran on
+        this thread from ``start`` to ``stop``; ``submitted`` 0 means it was handed
+        over the moment the thread was free (a continuation)."""
+        mark = self.mark
+        executor = 0.0
+        if start > mark:
+            handed = submitted if submitted > mark else mark
+            if handed > start:
+                handed = start
+            executor = start - handed
+            if self.timeline.busy:
+                self.idle += handed - mark
+        if stop > mark:
+            self.mark = stop
+        sums = self.sums.get(group)
+        if sums is None:
+            sums = self.sums[group] = list(_NO_TASKS)
+        sums[0] += cpu
+        sums[1] += noncpu
+        sums[2] += executor
+        sums[3] += other
+        sums[4] += 1
+        sums[5] += nbytes
+        sums[6] += deserialize
+
+    def add_extra(self, group: tuple, digests: list[tuple]) -> None:
+        """What ``context_meter`` recorded in a task of ``group``: (label, value, unit)."""
+        extra = self.extra
+        for label, value, unit in digests:
+            key = (*group, label, unit)
+            extra[key] = extra.get(key, 0) + value
+
+    def take(self, into: Callable[[tuple, float], None]) -> None:
+        """Pass what was added since the last call to ``into(metric key, value)``
+        (call from one thread only: the loop)."""
+        seen = self._seen
+        # list() copies in one step under the GIL, even while the thread adds a group
+        for group, sums in list(self.sums.items()):
+            now = sums.copy()
+            before = seen.get(group, _NO_TASKS)
+            seen[group] = now
+            for (activity, unit), value, old in zip(TASK_FIELDS, now, before, strict=True):
+                if value != old:
+                    into(("execute", *group, activity, unit), value - old)
+        seen_extra = self._seen_extra
+        for key, value in list(self.extra.items()):
+            old = seen_extra.get(key, 0)
+            if value != old:
+                seen_extra[key] = value
+                into(("execute", *key), value - old)
+        idle = self.idle
+        if idle != self._seen_idle:
+            into(("execute", None, None, "idle", "seconds"), idle - self._seen_idle)
+            self._seen_idle = idle
 
 
 class ThreadTimeline:
-    """Attributes each worker thread's time between tasks to ``executor`` or ``idle``.
-
-    ``mark[t]`` is how far thread ``t``'s time has been accounted. A task that
-    thread ``t`` picked up at ``start`` closes the gap ``[mark, start]``: the
-    part before the task was handed to the pool (``submitted``) is idle, the rest
-    is executor hand-off. Idle is only counted while the cluster is busy: when
-    it goes quiet, free threads are accounted up to that moment and the time
-    until work comes back belongs to nobody.
+    """A worker's task threads (``accounts``, by thread ident) and whether the cluster
+    is busy: idle is only counted while it is. When the cluster goes quiet, free
+    threads are accounted up to that moment, and the time until work comes back
+    belongs to nobody.
     """
 
-    def __init__(self, now: float, busy: bool = False):
-        self.mark: dict[int, float] = {}
+    def __init__(self, busy: bool = False):
+        self.accounts: dict[int, ThreadAccount] = {}
         self.busy = busy
-        self._start = now
 
-    def task_ran(self, thread: int, submitted: float, start: float, stop: float) -> tuple:
-        """(executor, idle) seconds before this task, which ran ``[start, stop]``."""
-        mark = self.mark.get(thread, self._start)
-        self.mark[thread] = max(stop, mark)
-        if start <= mark:
-            return 0.0, 0.0
-        handed = max(mark, min(submitted, start))
-        idle = handed - mark if self.busy else 0.0
-        return start - handed, idle
+    def add_threads(self, threads: list[int], now: float) -> None:
+        for t in threads:
+            if t not in self.accounts:
+                self.accounts[t] = ThreadAccount(self, now)
 
     def set_busy(
         self, busy: bool, now: float, running: set[int] | frozenset = frozenset()
@@ -204,21 +301,26 @@ class ThreadTimeline:
         """
         idle = 0.0
         if self.busy and not busy:
-            for thread, mark in self.mark.items():
-                if thread not in running and now > mark:
-                    idle += now - mark
-                    self.mark[thread] = now
+            for thread, account in self.accounts.items():
+                if thread not in running and now > account.mark:
+                    idle += now - account.mark
+                    account.mark = now
         elif busy and not self.busy:
-            for thread, mark in self.mark.items():
-                if thread not in running:
-                    self.mark[thread] = max(mark, now)
-            self._start = max(self._start, now)
+            for thread, account in self.accounts.items():
+                if thread not in running and now > account.mark:
+                    account.mark = now
         self.busy = busy
         return idle
 
-    def add_threads(self, threads: list[int], now: float) -> None:
-        for t in threads:
-            self.mark.setdefault(t, now)
+    def restart(self, now: float, running: set[int] | frozenset = frozenset()) -> None:
+        """Account free threads from ``now`` on (metrics were off until now)."""
+        for thread, account in self.accounts.items():
+            if thread not in running:
+                account.mark = now
+
+    def take(self, into: Callable[[tuple, float], None]) -> None:
+        for account in list(self.accounts.values()):
+            account.take(into)
 
 
 # -- running totals and deltas --------------------------------------------------------

@@ -44,6 +44,7 @@ from .scheduler_messages import (
     WorkerRemoved,
 )
 from .scheduler_tasks import (
+    EMPTY,
     PENDING_STATES,
     ClientRecord,
     TaskGroup,
@@ -191,13 +192,13 @@ class SchedulerState:
                 if dts is None:
                     lost.append((ts, dep_key))
                     continue
-                ts.dependencies.add(dts)
-                dts.dependents.add(ts)
+                ts.add_dependency(dts)
+                dts.add_dependent(ts)
         for key in ev.wanted:
             ts = tasks.get(key)
             if ts is not None and ts not in client.wants_what:
                 client.wants_what.add(ts)
-                ts.who_wants.add(client)
+                ts.add_who_wants(client)
         for ts, dep_key in lost:
             self._set_erred(ts, LostDependency(ts.key, dep_key), None, ts)
         for key in ev.wanted:
@@ -242,13 +243,13 @@ class SchedulerState:
             for dts in ts.dependencies:
                 state = dts.state
                 if state == "memory":
-                    dts.waiters.add(ts)
+                    dts.add_waiter(ts)
                     continue
                 if state == "erred":
                     self._set_erred(ts, dts.exception, dts.traceback, dts.exception_blame or dts)
                     break
-                dts.waiters.add(ts)
-                ts.waiting_on.add(dts)
+                dts.add_waiter(ts)
+                ts.add_waiting_on(dts)
                 if state == "released":
                     stack.append(dts)
             else:
@@ -450,11 +451,11 @@ class SchedulerState:
         for dts in ts.dependents:
             state = dts.state
             if state == "waiting":
-                dts.waiting_on.discard(ts)
+                dts.discard_waiting_on(ts)
                 if not dts.waiting_on:
                     ready.append(dts)
             elif state == "processing":  # sent ahead (_send_ahead)
-                dts.waiting_on.discard(ts)
+                dts.discard_waiting_on(ts)
         self._release_inputs(ts)
         if ts.who_wants:
             self._report(ts)
@@ -466,14 +467,14 @@ class SchedulerState:
 
     def _add_replica(self, ts: TaskState, ws: WorkerRecord, nbytes: int) -> None:
         if ws not in ts.who_has:
-            ts.who_has.add(ws)
+            ts.add_who_has(ws)
             ws.has_what.add(ts)
             ws.nbytes += nbytes
 
     def _release_inputs(self, ts: TaskState) -> None:
         """``ts`` no longer waits on its dependencies: release those nobody needs."""
         for dts in ts.dependencies:
-            dts.waiters.discard(ts)
+            dts.discard_waiter(ts)
             if not dts.waiters and not dts.who_wants and dts.state != "released":
                 self._release(dts)
 
@@ -512,7 +513,7 @@ class SchedulerState:
                     holder.has_what.discard(ts)
                     holder.nbytes -= ts.nbytes
                     self._instructions.append(FreeKeys(holder.address, [ts.key], self._stimulus_id))
-                ts.who_has.clear()
+                ts.who_has = EMPTY
             ws = ts.processing_on
             if ws is not None:  # a dependent running elsewhere: stop it
                 ws.processing.discard(ts)
@@ -520,8 +521,8 @@ class SchedulerState:
                 self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
                 self._refill(ws)
             for dts in ts.waiting_on:
-                dts.waiters.discard(ts)
-            ts.waiting_on.clear()
+                dts.discard_waiter(ts)
+            ts.waiting_on = EMPTY
             ts.exception = exception
             ts.traceback = traceback
             ts.exception_blame = blame
@@ -609,7 +610,7 @@ class SchedulerState:
                 self._unwant(ts, cs)
 
     def _unwant(self, ts: TaskState, cs: ClientRecord) -> None:
-        ts.who_wants.discard(cs)
+        ts.discard_who_wants(cs)
         cs.wants_what.discard(ts)
         if ts.who_wants or ts.waiters:
             return
@@ -638,15 +639,15 @@ class SchedulerState:
                     ws.has_what.discard(ts)
                     ws.nbytes -= ts.nbytes
                     self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
-                ts.who_has.clear()
+                ts.who_has = EMPTY
             elif state == "queued":
                 self.unrunnable.discard(ts)
             elif state == "erred":
                 ts.exception = ts.traceback = ts.exception_blame = None
             if state in PENDING_STATES:
-                ts.waiting_on.clear()
+                ts.waiting_on = EMPTY
                 for dts in ts.dependencies:
-                    dts.waiters.discard(ts)
+                    dts.discard_waiter(ts)
                     if not dts.waiters and not dts.who_wants and dts.state != "released":
                         stack.append(dts)
             self._set_state(ts, "released")
@@ -680,8 +681,8 @@ class SchedulerState:
                 self.task_groups.pop((group.name, group.span_id), None)
                 group.prefix.groups.remove(group)
             for dts in ts.dependencies:
-                dts.dependents.discard(ts)
-                dts.waiters.discard(ts)
+                dts.discard_dependent(ts)
+                dts.discard_waiter(ts)
                 if dts.dependents or dts.who_wants:
                     continue
                 if dts.state == "released":
@@ -692,7 +693,7 @@ class SchedulerState:
                     stack.append(dts)
                 elif dts.state == "memory" and not dts.waiters:
                     self._release(dts)
-            ts.dependencies.clear()
+            ts.dependencies = EMPTY
 
     def _handle_client_cancelled_keys(self, ev: ClientCancelledKeys) -> None:
         cs = self.clients.get(ev.client)
@@ -728,7 +729,7 @@ class SchedulerState:
                         ReportKey(c.id, t.key, "cancelled", stimulus_id=self._stimulus_id)
                     )
                     c.wants_what.discard(t)
-                t.who_wants.clear()
+                t.who_wants = EMPTY
             for t in reversed(pending):
                 if t.state in ("released", "forgotten"):
                     if t.state == "released":
@@ -804,11 +805,11 @@ class SchedulerState:
                 self._ready.append(ts)
 
     def _requeue_waiting(self, ts: TaskState) -> None:
-        ts.waiting_on.clear()
+        ts.waiting_on = EMPTY
         for dts in ts.dependencies:
-            dts.waiters.add(ts)
+            dts.add_waiter(ts)
             if dts.state != "memory":
-                ts.waiting_on.add(dts)
+                ts.add_waiting_on(dts)
                 if dts.state == "released":
                     self._compute(dts)
         if not ts.waiting_on:
@@ -816,7 +817,7 @@ class SchedulerState:
 
     def _drop_replica(self, ts: TaskState, ws: WorkerRecord) -> None:
         """``ws`` lost its copy of ``ts``; with no copy left, recompute it if it is needed."""
-        ts.who_has.discard(ws)
+        ts.discard_who_has(ws)
         ws.has_what.discard(ts)
         ws.nbytes -= ts.nbytes
         if ts.who_has or ts.state != "memory":
@@ -831,7 +832,7 @@ class SchedulerState:
             if dts.state == "processing" and ts in dts.dependencies:
                 self._reschedule(dts)
             elif dts.state == "waiting":
-                dts.waiting_on.add(ts)
+                dts.add_waiting_on(ts)
         if ts.who_wants or ts.waiters:
             self._compute(ts)
         elif not ts.dependents:

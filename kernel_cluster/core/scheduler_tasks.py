@@ -26,6 +26,13 @@ ALL_STATES: tuple[TaskStateName, ...] = (
 )
 PENDING_STATES = frozenset({"waiting", "queued", "processing"})
 
+# What a TaskState's sets (dependencies, dependents, waiters, waiting_on, who_has,
+# who_wants) hold while empty, as several of them are for most tasks most of the time:
+# one shared immutable set instead of six per task. An empty set is still a container
+# that the cyclic GC traverses in every full collection, for as long as the task lives.
+# The add_* methods put a real set in its place; clear one by assigning EMPTY.
+EMPTY: frozenset[Any] = frozenset()
+
 
 class _Aggregate:
     """State counts, per-action durations, bytes and time range over many tasks."""
@@ -162,6 +169,10 @@ class TaskState:
     ``waiters`` are dependents that still need this task's data;
     ``waiting_on`` are dependencies not yet in memory. A task is *needed* while
     a client wants it or a waiter waits on it.
+
+    Its sets of tasks, workers (``who_has``) and clients (``who_wants``) are read like
+    sets, but change only through the ``add_*``/``discard_*`` methods or by assigning
+    ``EMPTY``: while empty they are the shared ``EMPTY``, which cannot change in place.
     """
 
     __slots__ = (
@@ -198,12 +209,12 @@ class TaskState:
         self.prefix = group.prefix
         self.priority = priority
         self.state: TaskStateName = "released"
-        self.dependencies: set[TaskState] = set()
-        self.dependents: set[TaskState] = set()
-        self.waiters: set[TaskState] = set()
-        self.waiting_on: set[TaskState] = set()
-        self.who_wants: set[ClientRecord] = set()
-        self.who_has: set[WorkerRecord] = set()
+        self.dependencies: TaskSet = EMPTY
+        self.dependents: TaskSet = EMPTY
+        self.waiters: TaskSet = EMPTY
+        self.waiting_on: TaskSet = EMPTY
+        self.who_wants: set[ClientRecord] | frozenset[ClientRecord] = EMPTY
+        self.who_has: set[WorkerRecord] | frozenset[WorkerRecord] = EMPTY
         self.processing_on: WorkerRecord | None = None
         self.nbytes = 0
         self.type_name = ""
@@ -225,3 +236,80 @@ class TaskState:
 
     def __lt__(self, other: TaskState) -> bool:
         return self.priority < other.priority
+
+    # -- the lazily made sets (see EMPTY) ---------------------------------------------
+
+    def add_dependency(self, ts: TaskState) -> None:
+        if type(self.dependencies) is set:
+            self.dependencies.add(ts)
+        else:
+            self.dependencies = {ts}
+
+    def add_dependent(self, ts: TaskState) -> None:
+        if type(self.dependents) is set:
+            self.dependents.add(ts)
+        else:
+            self.dependents = {ts}
+
+    def discard_dependent(self, ts: TaskState) -> None:
+        dependents = self.dependents
+        if type(dependents) is set:
+            dependents.discard(ts)
+            if not dependents:
+                self.dependents = EMPTY
+
+    def add_waiter(self, ts: TaskState) -> None:
+        if type(self.waiters) is set:
+            self.waiters.add(ts)
+        else:
+            self.waiters = {ts}
+
+    def discard_waiter(self, ts: TaskState) -> None:
+        waiters = self.waiters
+        if type(waiters) is set:
+            waiters.discard(ts)
+            if not waiters:
+                self.waiters = EMPTY
+
+    def add_waiting_on(self, ts: TaskState) -> None:
+        if type(self.waiting_on) is set:
+            self.waiting_on.add(ts)
+        else:
+            self.waiting_on = {ts}
+
+    def discard_waiting_on(self, ts: TaskState) -> None:
+        waiting_on = self.waiting_on
+        if type(waiting_on) is set:
+            waiting_on.discard(ts)
+            if not waiting_on:
+                self.waiting_on = EMPTY
+
+    def add_who_has(self, ws: WorkerRecord) -> None:
+        if type(self.who_has) is set:
+            self.who_has.add(ws)
+        else:
+            self.who_has = {ws}
+
+    def discard_who_has(self, ws: WorkerRecord) -> None:
+        who_has = self.who_has
+        if type(who_has) is set:
+            who_has.discard(ws)
+            if not who_has:
+                self.who_has = EMPTY
+
+    def add_who_wants(self, cs: ClientRecord) -> None:
+        if type(self.who_wants) is set:
+            self.who_wants.add(cs)
+        else:
+            self.who_wants = {cs}
+
+    def discard_who_wants(self, cs: ClientRecord) -> None:
+        who_wants = self.who_wants
+        if type(who_wants) is set:
+            who_wants.discard(cs)
+            if not who_wants:
+                self.who_wants = EMPTY
+
+
+# a set of tasks, or EMPTY
+TaskSet = set[TaskState] | frozenset[TaskState]

@@ -49,6 +49,11 @@ class Call:
         return (Call, (self.func, self.args, self.kwargs))
 
 
+# the dependencies of every task that reads no other key: one shared set, not one each
+# (even an empty frozenset is a container that the cyclic GC tracks)
+NO_DEPENDENCIES: frozenset[Any] = frozenset()
+
+
 class TaskSpec:
     """A task's expression plus the keys it reads. ``expr`` may be a literal value."""
 
@@ -56,7 +61,7 @@ class TaskSpec:
 
     def __init__(self, expr: Any, dependencies: frozenset):
         self.expr = expr
-        self.dependencies = dependencies
+        self.dependencies = dependencies or NO_DEPENDENCIES
 
     @property
     def func(self) -> Callable | None:
@@ -183,7 +188,7 @@ def parse_graph(dsk: Mapping, known_keys: Mapping | frozenset = frozenset()) -> 
             raise GraphError(f"Task {key!r} is nested too deeply to run.", keys=(key,)) from None
         if key in deps:
             raise GraphError(f"Task {key!r} depends on itself.", keys=(key,))
-        specs[key] = TaskSpec(expr, frozenset(deps))
+        specs[key] = TaskSpec(expr, frozenset(deps) if deps else NO_DEPENDENCIES)
     check_acyclic(specs)
     return specs
 

@@ -30,10 +30,6 @@ class FreeKeysRequested:
 
 @dataclass(slots=True)
 class ExecuteSucceeded:
-    """``run``: (handed to the pool, picked up, finished) on the worker's perf_counter
-    clock; ``metrics``: (thread-cpu, thread-noncpu, other, deserialize seconds,
-    [(label, value, unit), ...]) of that run. Both are for the shell's accounting."""
-
     key: Key
     value: Any
     nbytes: int
@@ -41,8 +37,6 @@ class ExecuteSucceeded:
     startstops: list[tuple]
     thread: int | None = None
     stimulus_id: str = ""
-    run: tuple[float, float, float] | None = None
-    metrics: tuple | None = None
     # the task the same thread went on to run with this value (see ExecuteAfter)
     then: Key | None = None
 
@@ -56,8 +50,6 @@ class ExecuteFailed:
     startstops: list[tuple]
     thread: int | None = None
     stimulus_id: str = ""
-    run: tuple[float, float, float] | None = None
-    metrics: tuple | None = None
 
 
 @dataclass(slots=True)

@@ -48,8 +48,22 @@ WorkerTaskStateName = Literal[
 ]
 ACTIVE = frozenset({"waiting", "ready", "executing"})
 
+# What a WorkerTask's dependencies, dependents and waiting_for_data hold while empty, as
+# most of them are for most tasks: one shared immutable set instead of three per task
+# (an empty set is still a container the cyclic GC traverses, for the task's lifetime).
+# The add_* methods put a real set in its place; clear one by assigning EMPTY.
+EMPTY: frozenset[Any] = frozenset()
+
 
 class WorkerTask:
+    """One key on a worker: a task to run here, or an input to fetch.
+
+    ``dependencies``, ``dependents`` and ``waiting_for_data`` are read like sets, but
+    change only through the ``add_*``/``discard_*`` methods (or by assigning
+    ``EMPTY``): while empty they are the shared ``EMPTY``. ``startstops`` (transfers
+    of its inputs, reported with the task's own) is an empty tuple until one arrives.
+    """
+
     __slots__ = (
         "annotation",
         "cancelled",
@@ -77,12 +91,12 @@ class WorkerTask:
         self.prefix = ""
         self.span_id: str | None = None
         self.annotation: dict | None = None
-        self.dependencies: set[WorkerTask] = set()
-        self.dependents: set[WorkerTask] = set()
-        self.waiting_for_data: set[WorkerTask] = set()
+        self.dependencies: WorkerTaskSet = EMPTY
+        self.dependents: WorkerTaskSet = EMPTY
+        self.waiting_for_data: WorkerTaskSet = EMPTY
         self.who_has: tuple[str, ...] = ()
         self.nbytes = 0
-        self.startstops: list[tuple] = []
+        self.startstops: tuple[tuple, ...] = ()
         self.requested = False  # the scheduler asked this worker to compute it
         self.offered = False  # waiting, and offered to the thread of its input (ExecuteAfter)
         self.cancelled = False
@@ -93,6 +107,44 @@ class WorkerTask:
 
     def __lt__(self, other: WorkerTask) -> bool:
         return self.priority < other.priority
+
+    # -- the lazily made sets (see EMPTY) ---------------------------------------------
+
+    def add_dependency(self, ts: WorkerTask) -> None:
+        if type(self.dependencies) is set:
+            self.dependencies.add(ts)
+        else:
+            self.dependencies = {ts}
+
+    def add_dependent(self, ts: WorkerTask) -> None:
+        if type(self.dependents) is set:
+            self.dependents.add(ts)
+        else:
+            self.dependents = {ts}
+
+    def discard_dependent(self, ts: WorkerTask) -> None:
+        dependents = self.dependents
+        if type(dependents) is set:
+            dependents.discard(ts)
+            if not dependents:
+                self.dependents = EMPTY
+
+    def add_waiting_for(self, ts: WorkerTask) -> None:
+        if type(self.waiting_for_data) is set:
+            self.waiting_for_data.add(ts)
+        else:
+            self.waiting_for_data = {ts}
+
+    def discard_waiting_for(self, ts: WorkerTask) -> None:
+        waiting = self.waiting_for_data
+        if type(waiting) is set:
+            waiting.discard(ts)
+            if not waiting:
+                self.waiting_for_data = EMPTY
+
+
+# a set of worker tasks, or EMPTY while empty
+WorkerTaskSet = set[WorkerTask] | frozenset[WorkerTask]
 
 
 class WorkerState:
@@ -158,16 +210,16 @@ class WorkerState:
         ts.prefix = ev.prefix
         ts.span_id = ev.span_id
         ts.annotation = ev.annotation
-        ts.startstops = []
+        ts.startstops = ()
         for dep_key, holders in ev.who_has.items():
             dts = self.tasks.get(dep_key)
             if dts is None:
                 dts = self.tasks[dep_key] = WorkerTask(dep_key)
-            ts.dependencies.add(dts)
-            dts.dependents.add(ts)
+            ts.add_dependency(dts)
+            dts.add_dependent(ts)
             if dts.state == "memory":
                 continue
-            ts.waiting_for_data.add(dts)
+            ts.add_waiting_for(dts)
             if dts.state in ("released", "fetch", "error"):
                 dts.who_has = tuple(h for h in holders if h != self.address)
                 dts.nbytes = ev.nbytes.get(dep_key, 0)
@@ -237,16 +289,16 @@ class WorkerState:
         """``ts`` is done with its inputs: let go of fetched inputs nobody else needs."""
         if not ts.dependencies:
             return
-        ts.waiting_for_data.clear()
+        ts.waiting_for_data = EMPTY
         for dts in ts.dependencies:
-            dts.dependents.discard(ts)
+            dts.discard_dependent(ts)
             if dts.dependents:
                 continue
             if dts.cancelled or (not dts.requested and dts.state in ("fetch", "flight")):
                 self._release(dts)
             elif dts.state == "released":
                 self._forget_if_unused(dts)
-        ts.dependencies.clear()
+        ts.dependencies = EMPTY
 
     def _forget_if_unused(self, ts: WorkerTask) -> None:
         if ts.state == "released" and not ts.dependents and not ts.requested:
@@ -292,7 +344,7 @@ class WorkerState:
             # the thread went on to this waiting dependent: it is executing already
             nts = self.tasks.get(ev.then)
             if nts is not None and nts.state == "waiting" and nts.waiting_for_data == {ts}:
-                nts.waiting_for_data.clear()
+                nts.waiting_for_data = EMPTY
                 nts.offered = False
                 self._set_state(nts, "executing")
                 self.executing.add(nts)
@@ -304,12 +356,12 @@ class WorkerState:
                 ts.key,
                 ev.nbytes,
                 ev.type_name,
-                ts.startstops + ev.startstops if ts.startstops else ev.startstops,
+                [*ts.startstops, *ev.startstops] if ts.startstops else ev.startstops,
                 ev.thread,
                 self._stimulus_id,
             )
         )
-        ts.startstops = []
+        ts.startstops = ()
         ts.spec = None
         self._detach(ts)
         self._wake_dependents(ts)
@@ -325,7 +377,7 @@ class WorkerState:
                 ev.exception,
                 ev.traceback,
                 ev.exception_text,
-                ts.startstops + ev.startstops,
+                [*ts.startstops, *ev.startstops],
                 ev.thread,
                 self._stimulus_id,
             )
@@ -341,7 +393,7 @@ class WorkerState:
     def _wake_dependents(self, ts: WorkerTask) -> None:
         for dts in ts.dependents:
             if dts.state == "waiting":
-                dts.waiting_for_data.discard(ts)
+                dts.discard_waiting_for(ts)
                 if not dts.waiting_for_data:
                     self._make_ready(dts)
                 else:
@@ -425,7 +477,7 @@ class WorkerState:
             added.append(ts.key)
             nbytes[ts.key] = ts.nbytes
             for dts in ts.dependents:
-                dts.startstops.append(("transfer", ev.start, ev.stop, ev.worker))
+                dts.startstops += (("transfer", ev.start, ev.stop, ev.worker),)
             if ts.requested:
                 self._out.append(SendTaskFinished(ts.key, ts.nbytes, "", [], None))
             self._wake_dependents(ts)

@@ -15,7 +15,7 @@ import tblib
 
 from ..core import spec as spec_module
 from ..core.keys import Key
-from ..core.metrics import MeterFrame
+from ..core.metrics import MeterFrame, ThreadAccount
 from ..core.sizeof import sizeof
 from ..core.worker_messages import ExecuteFailed, ExecuteSucceeded
 from .meter import context_meter
@@ -23,37 +23,43 @@ from .meter import context_meter
 # Frames from these files sit between the engine and the user's function; a
 # traceback shown to the user starts below them.
 _ENGINE_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(spec_module.__file__)})
+# A task shorter than this (wall seconds), ending less than _STALE_READING after the
+# thread's last CPU reading, is taken to have run on the CPU all along.
+_SHORT_TASK = 20e-6
+_STALE_READING = 1e-3
 
 
 def run_task(
-    key: Key, spec: Any, data: Any, submitted: float = 0.0
+    key: Key, spec: Any, data: Any, submitted: float, account: ThreadAccount, group: tuple
 ) -> ExecuteSucceeded | ExecuteFailed:
     """Evaluate a task with its inputs; never raises (the outcome is the event).
 
     ``spec`` is a TaskSpec, or its cloudpickled bytes when it came from another
-    process. The event's ``run`` field says when it was handed to the pool
-    (``submitted``), started and ended (perf_counter clock), ``thread`` which thread
-    ran it, and ``metrics`` how that time was spent, as (thread-cpu, thread-noncpu,
-    other, deserialize, [(label, value, unit), ...] for everything else):
+    process. How the run's time was spent goes into this thread's ``account``
+    under ``group`` (span, prefix), here on the task thread, so the worker's loop
+    does nothing per task for metrics:
 
     - ``thread-cpu``: the thread's CPU time inside the task's own code (and the few
       instructions since the thread's previous task, within the task's wall time);
+      a task of a few microseconds counts its wall time, as reading the CPU clock
+      would cost more than the task;
     - ``thread-noncpu``: its wall time there minus CPU time (I/O, sleeping, waiting
       for the GIL);
     - whatever ``context_meter`` recorded meanwhile (user labels such as "I/O", and
       the engine's own: "deserialize", "disk-read", ...), taken out of the two above;
-    - ``other``: the rest of the run (unpacking inputs, measuring the result).
+    - ``other``: the rest of the run (unpacking inputs, measuring the result);
+    - ``executor``: from ``submitted`` (handed to the pool) until it started.
 
     Call it on task threads only: the first call makes the thread's context listen
     to ``context_meter`` for good (see ``_Collector``).
     """
     wall, cpu = time.perf_counter, time.thread_time
     t_got = wall()
-    anchor = time.time()  # the scheduler's kind of clock, for the task stream
     try:
         collector = _local.collector
     except AttributeError:
         collector = _local.collector = _Collector()
+    anchor = t_got + collector.to_time  # the scheduler's kind of clock, for the task stream
     frame = collector.frame
     frame.inner_wall = frame.inner_cpu = 0.0
     digests = collector.digests
@@ -77,45 +83,61 @@ def run_task(
             inputs = data
             t_inputs = t_loaded
         inner_wall0 = frame.inner_wall
-        w0 = wall()
-        # One CPU reading per task: it starts where the previous task's left off, so
-        # the pool's few instructions between two tasks count as this one's (bounded
-        # by its wall time below). A reading costs more than a trivial task's work.
+        w0 = t_inputs  # the task's own code starts now
+        # At most one CPU reading per task: it starts where the previous task's left
+        # off, so the pool's few instructions between two tasks count as this one's
+        # (bounded by its wall time below).
         c0 = collector.cpu_mark
         if c0 < 0.0:  # this thread's first task, or the one after a failure
             c0 = cpu()
+            collector.read_at = w0
             cpu_metered0 = frame.inner_cpu
         else:
             cpu_metered0 = 0.0  # c0 predates all of this task's meters
         value = spec_module.evaluate(spec.expr, inputs)
         w1 = wall()
-        c1 = collector.cpu_mark = cpu()
+        if w1 - w0 < _SHORT_TASK and w1 - collector.read_at < _STALE_READING:
+            # A reading (a system call) costs more than a task this short, which had
+            # no time to wait for anything: its wall time is its CPU time. What that
+            # misses shows in the next reading, at most _STALE_READING later.
+            c1 = collector.cpu_mark = c0 + (w1 - w0)
+        else:
+            c1 = collector.cpu_mark = cpu()
+            collector.read_at = w1
+            collector.to_time = time.time() - wall()
     except BaseException as exc:
         w1 = wall()
         collector.cpu_mark = -1.0
         tb = user_traceback(exc.__traceback__)
         text = "".join(tb_module.format_exception(type(exc), exc, tb))
         exc.__traceback__ = tb
+        noncpu = w1 - t_got - frame.inner_wall
+        account.add(group, submitted, t_got, wall(), 0.0, max(0.0, noncpu), 0.0, deserialize, 0)
+        if digests:
+            account.add_extra(group, digests)
         startstops = [("compute", anchor, anchor + (w1 - t_got))]
-        metrics = (0.0, max(0.0, w1 - t_got - frame.inner_wall), 0.0, deserialize, digests[:])
-        return ExecuteFailed(
-            key,
-            exc,
-            tb,
-            text,
-            startstops,
-            collector.thread,
-            run=(submitted, t_got, wall()),
-            metrics=metrics,
-        )
+        return ExecuteFailed(key, exc, tb, text, startstops, collector.thread)
     nbytes = sizeof(value)
     t_end = wall()
     task_wall = (w1 - w0) - (frame.inner_wall - inner_wall0)
     thread_cpu = (c1 - c0) - (frame.inner_cpu - cpu_metered0)
     if thread_cpu > task_wall:
         thread_cpu = task_wall
+    elif thread_cpu < 0.0:
+        thread_cpu = 0.0
     thread_noncpu = task_wall - thread_cpu
     other = (t_end - t_got) - (w1 - w0) - inner_wall0
+    account.add(
+        group,
+        submitted,
+        t_got,
+        t_end,
+        thread_cpu,
+        thread_noncpu if thread_noncpu > 0.0 else 0.0,
+        other if other > 0.0 else 0.0,
+        deserialize,
+        nbytes,
+    )
     if t_loaded == t_got:
         startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
     else:
@@ -123,24 +145,14 @@ def run_task(
             ("compute", anchor + (w0 - t_got), anchor + (w1 - t_got)),
             ("deserialize", anchor, anchor + (t_loaded - t_got)),
         ]
-    if digests and any(d[0] == "disk-read" for d in digests):
-        startstops.append(("disk-read", anchor + (t_loaded - t_got), anchor + (t_inputs - t_got)))
+    if digests:
+        account.add_extra(group, digests)
+        if any(d[0] == "disk-read" for d in digests):
+            startstops.append(
+                ("disk-read", anchor + (t_loaded - t_got), anchor + (t_inputs - t_got))
+            )
     return ExecuteSucceeded(
-        key,
-        value,
-        nbytes,
-        type(value).__qualname__,
-        startstops,
-        collector.thread,
-        "",
-        (submitted, t_got, t_end),
-        (
-            thread_cpu if thread_cpu > 0.0 else 0.0,
-            thread_noncpu if thread_noncpu > 0.0 else 0.0,
-            other if other > 0.0 else 0.0,
-            deserialize,
-            digests[:] if digests else None,
-        ),
+        key, value, nbytes, type(value).__qualname__, startstops, collector.thread
     )
 
 
@@ -152,6 +164,9 @@ class _Collector:
         _collectors.add(self)
         self.thread = threading.get_ident()
         self.cpu_mark = -1.0  # the thread's CPU time at the end of its last task
+        self.read_at = 0.0  # when the CPU clock was last read (wall clock)
+        # time.time() - time.perf_counter(), brought up to date at each CPU reading
+        self.to_time = time.time() - time.perf_counter()
         self.frame = MeterFrame()
         self.digests: list[tuple] = []
         append = self.digests.append
@@ -171,9 +186,7 @@ def forget_cpu_marks() -> None:
         collector.cpu_mark = -1.0
 
 
-def run_task_unmetered(
-    key: Key, spec: Any, data: Any, submitted: float = 0.0
-) -> ExecuteSucceeded | ExecuteFailed:
+def run_task_unmetered(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed:
     """``run_task`` with fine metrics switched off: only the task stream's times."""
     thread = threading.get_ident()
     start = time.time()

@@ -87,6 +87,30 @@ class SpillBuffer(MutableMapping):
                 self.evict_until(self.target, keep=key)
             return value
 
+    def read_many(self, keys: list[Key]) -> dict:
+        """The values of those ``keys`` held here. The bytes read from memory are one
+        metric for all of them (a peer or the client may fetch thousands at once)."""
+        out = {}
+        on_disk = []
+        from_memory = 0
+        with self._lock:
+            fast, sizes = self.fast, self.fast_sizes
+            for key in keys:
+                if key in fast:
+                    fast.move_to_end(key)
+                    from_memory += sizes[key]
+                    out[key] = fast[key]
+                elif key in self.slow:
+                    on_disk.append(key)
+        if from_memory:
+            context_meter.record("memory-read", from_memory, "bytes")
+        for key in on_disk:
+            try:
+                out[key] = self[key]
+            except KeyError:  # dropped meanwhile
+                pass
+        return out
+
     def __delitem__(self, key: Key) -> None:
         with self._lock:
             if key not in self.fast and key not in self.slow:

@@ -21,7 +21,10 @@ class TaskStreamPlugin(SchedulerPlugin):
 
     def __init__(self, maxlen: int = 100_000):
         # raw tuples (see _FIELDS), turned into dicts only when somebody reads them:
-        # the scheduler records every task, readers look at a few
+        # the scheduler records every task, readers look at a few. Tuples all the way
+        # down (startstops too), holding only strings and numbers: the cyclic GC stops
+        # tracking such tuples in its first collections, so a full history costs no
+        # time in the collections made while later tasks run.
         self.buffer: deque[tuple] = deque(maxlen=maxlen)
         self.index = 0  # records ever made; the next one gets this number
 
@@ -51,7 +54,7 @@ class TaskStreamPlugin(SchedulerPlugin):
                 thread,
                 "OK" if finish == "memory" else "error",
                 nbytes,
-                startstops or (),
+                tuple(startstops) if startstops else (),
             )
         )
         self.index += 1

@@ -39,7 +39,7 @@ from ..core.worker_messages import (
     SendTaskErred,
     SendTaskFinished,
 )
-from ..core.worker_state import WorkerState
+from ..core.worker_state import WorkerState, WorkerTask
 from .comm import SerializationError, check_serializable
 from .execute import forget_cpu_marks, pack_exception, run_task, run_task_unmetered
 from .meter import context_meter
@@ -80,17 +80,6 @@ def _exact(value: Any) -> Any:
 
 
 # per (span, prefix) running sums, expanded into metric keys at each heartbeat
-_ACC_FIELDS = (
-    ("thread-cpu", "seconds"),
-    ("thread-noncpu", "seconds"),
-    ("executor", "seconds"),
-    ("other", "seconds"),
-    ("tasks", "count"),
-    ("output", "bytes"),
-    ("deserialize", "seconds"),  # of the task itself, in a worker process
-)
-
-
 def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
     return {k: data[k] for k in keys}
 
@@ -171,8 +160,7 @@ class Worker:
         self._follow: dict[Key, Any] = {}
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
-        self.timeline = ThreadTimeline(time.perf_counter())
-        self._acc: dict[tuple, list] = {}  # (span, prefix) -> _ACC_FIELDS sums
+        self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.timeline.add_threads(self.pool.idents, time.perf_counter())
@@ -197,14 +185,11 @@ class Worker:
         compares the same workers both ways.
         """
         self._use_fine_metrics(on)
-        now = time.perf_counter()
-        self.timeline = ThreadTimeline(now, busy=self.timeline.busy)
-        self.timeline.add_threads(self.pool.idents, now)
+        self.timeline.restart(time.perf_counter(), self.pool.running)
         forget_cpu_marks()
 
     def _use_fine_metrics(self, on: bool) -> None:
         self.fine_metrics = on
-        self._run_task = run_task if on else run_task_unmetered
         if isinstance(self.data, SpillBuffer):
             # storing a result may spill: charge that to the task whose result it was
             scope = context_meter.scope(self._charge_storing, MeterFrame()) if on else None
@@ -266,10 +251,10 @@ class Worker:
             elif op == "heartbeat-now":
                 self.heartbeat()
             elif op == "cluster-busy":
+                # followed with metrics off too, so they start right when switched on
+                idle = self.timeline.set_busy(msg["busy"], time.perf_counter(), self.pool.running)
                 if self.fine_metrics:
-                    self._idle += self.timeline.set_busy(
-                        msg["busy"], time.perf_counter(), self.pool.running
-                    )
+                    self._idle += idle
             else:
                 logger.warning("Worker %s ignored an unknown message %r", self.address, op)
         self.handle(*events)
@@ -371,8 +356,6 @@ class Worker:
         if self._closed:
             return
         events = self.pool.drain()
-        if self.fine_metrics:
-            self._account(events)
         follow = self._follow
         if follow:  # offers their thread did not take
             for ev in events:
@@ -391,48 +374,10 @@ class Worker:
         else:
             self.metrics.add(("memory-monitor", label, unit), value)
 
-    def _account(self, events: list) -> None:
-        """Where the tasks' thread time went: their runs, and the gaps before them.
-
-        Summed per (span, prefix) here, on the loop; expanded into metric keys only
-        when a heartbeat takes the delta (``metrics_delta``).
-        """
-        tasks = self.state.tasks
-        sums = self._acc
-        task_ran = self.timeline.task_ran
-        for ev in events:
-            if type(ev) is ExecuteSkipped:
-                continue
-            ts = tasks.get(ev.key)
-            run = ev.run
-            if ts is None or run is None:
-                continue
-            executor, idle = task_ran(ev.thread, run[0], run[1], run[2])
-            self._idle += idle
-            acc = sums.get((ts.span_id, ts.prefix))
-            if acc is None:
-                acc = sums[(ts.span_id, ts.prefix)] = [0.0, 0.0, 0.0, 0.0, 0, 0, 0.0]
-            thread_cpu, thread_noncpu, other, deserialize, digests = ev.metrics
-            acc[0] += thread_cpu
-            acc[1] += thread_noncpu
-            acc[2] += executor
-            acc[3] += other
-            acc[4] += 1
-            if type(ev) is ExecuteSucceeded:
-                acc[5] += ev.nbytes
-            acc[6] += deserialize
-            if digests:
-                add = self.metrics.add
-                for label, value, unit in digests:
-                    add(("execute", ts.span_id, ts.prefix, label, unit), value)
-
     def metrics_delta(self) -> dict:
         """Metrics since the last call: what the next heartbeat carries."""
         add = self.metrics.add
-        for (span_id, prefix), acc in self._acc.items():
-            for i, (activity, unit) in enumerate(_ACC_FIELDS):
-                add(("execute", span_id, prefix, activity, unit), acc[i])
-        self._acc = {}
+        self.timeline.take(add)  # what the task threads added since the last heartbeat
         if self._idle:
             add(("execute", None, None, "idle", "seconds"), self._idle)
             self._idle = 0.0
@@ -452,10 +397,13 @@ class Worker:
         if not instructions:
             return
         msgs: list[dict] = []
+        # when this batch's tasks are handed to the pool: the time until a thread
+        # starts one is executor (one clock reading for the batch)
+        submitted = time.perf_counter() if self.fine_metrics else 0.0
         for inst in instructions:
             t = type(inst)
             if t is Execute:
-                self._execute(inst.key)
+                self._execute(inst.key, submitted)
             elif t is SendTaskFinished:
                 if self._disk_writes and inst.key in self._disk_writes:
                     t1 = self.now()
@@ -520,7 +468,7 @@ class Worker:
             (action, start + off, stop + off, *rest) for action, start, stop, *rest in startstops
         ]
 
-    def _execute(self, key: Key) -> None:
+    def _execute(self, key: Key, submitted: float) -> None:
         ts = self.state.tasks[key]
         if not ts.dependencies:
             inputs: Any = _NO_DATA
@@ -529,8 +477,6 @@ class Worker:
             inputs = {d.key: data[d.key] for d in ts.dependencies}
         else:  # read on the task thread: unspilling is part of the task's time
             inputs = partial(_read_inputs, self.data, [d.key for d in ts.dependencies])
-        # the hand-off time: what the task's thread does until it starts is "executor"
-        submitted = time.perf_counter() if self.fine_metrics else 0.0
         self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted)
 
     def _offer_after(self, inst: ExecuteAfter) -> None:
@@ -567,11 +513,10 @@ class Worker:
             else:  # read as part of the task: unspilling is its time
                 inputs = partial(_read_inputs_and, data, others, key, value)
             ev.then = next_key
-            # handed over the moment its input ended: the time until it starts is executor
-            submitted = ev.run[2] if ev.run is not None else 0.0
             self.pool.emit(ev)
             key = next_key
-            ev = self._run_one(key, spec, inputs, annotation, submitted)
+            # handed over the moment its input ended (0): until it starts is executor
+            ev = self._run_one(key, spec, inputs, annotation, 0.0)
         return ev
 
     def _run_one(
@@ -590,15 +535,23 @@ class Worker:
             profiler.wake()  # it rests while no task runs
         try:
             if annotation is None:
-                return self._run_task(key, spec, inputs, submitted)
+                return self._run_task(ident, ts, spec, inputs, submitted)
             # inside the task, get_annotations() and new submissions see its span
             token = current_span.set((tuple(annotation["name"]), tuple(annotation["ids"])))
             try:
-                return self._run_task(key, spec, inputs, submitted)
+                return self._run_task(ident, ts, spec, inputs, submitted)
             finally:
                 current_span.reset(token)
         finally:
             del executing[ident]
+
+    def _run_task(
+        self, ident: int, ts: WorkerTask, spec: Any, inputs: Any, submitted: float
+    ) -> Any:
+        if not self.fine_metrics:
+            return run_task_unmetered(ts.key, spec, inputs)
+        account = self.timeline.accounts[ident]
+        return run_task(ts.key, spec, inputs, submitted, account, (ts.span_id, ts.prefix))
 
     async def _gather_dep(self, inst: GatherDep) -> None:
         digests: list[tuple] = []
@@ -671,14 +624,15 @@ class Worker:
 
     def _get_data(self, keys: list[Key]) -> tuple[dict, dict]:
         data = self.data
+        if isinstance(data, SpillBuffer):
+            out = data.read_many(keys)
+        else:
+            out = {key: data[key] for key in keys if key in data}
         tasks = self.state.tasks
-        out = {}
         nbytes = {}
-        for key in keys:
-            if key in data:
-                out[key] = data[key]
-                ts = tasks.get(key)
-                nbytes[key] = ts.nbytes if ts is not None else 0
+        for key in out:
+            ts = tasks.get(key)
+            nbytes[key] = ts.nbytes if ts is not None else 0
         return out, nbytes
 
     async def serve(self, comm: Any, msg: dict) -> None:

@@ -7,9 +7,11 @@ import pytest
 from kernel_cluster.core.keys import key_group, key_split, validate_key
 from kernel_cluster.core.sizeof import sizeof
 from kernel_cluster.core.spec import (
+    NO_DEPENDENCIES,
     Call,
     GraphError,
     Ref,
+    TaskSpec,
     evaluate,
     flatten_keys,
     graph_order,
@@ -78,6 +80,12 @@ def test_nested_tasks_lists_dicts_and_tuple_keys():
     assert evaluate(specs["lit"].expr, data) == 3
     assert evaluate(specs["alias"].expr, {"total": 41}) == 41
     assert evaluate(specs[("x", 0)].expr, {}) == 10
+
+
+def test_tasks_without_inputs_share_one_empty_dependency_set():
+    specs = parse_graph({"a": (add, 1, 2), "b": 5, "c": (add, "a", "b")})
+    assert specs["a"].dependencies is specs["b"].dependencies is NO_DEPENDENCIES
+    assert TaskSpec(None, frozenset()).dependencies is NO_DEPENDENCIES  # also when unpickled
 
 
 def test_call_without_references_runs_directly():

@@ -105,44 +105,121 @@ def test_bad_metrics_raise_where_they_are_made(meter, label, value, unit, error)
         meter.digest_metric(label, value, unit)
 
 
+G = (None, "f")  # a task group: (span, prefix)
+
+
+def taken(tl: ThreadTimeline) -> dict:
+    out: dict = {}
+    tl.take(lambda key, value: out.__setitem__(key, out.get(key, 0) + value))
+    return out
+
+
+def ran(tl: ThreadTimeline, thread: int, submitted: float, start: float, stop: float) -> None:
+    """A task of group G that did nothing but compute (all CPU)."""
+    tl.accounts[thread].add(G, submitted, start, stop, stop - start, 0.0, 0.0, 0.0, 8)
+
+
+def executor_and_idle(tl: ThreadTimeline) -> tuple[float, float]:
+    out = taken(tl)
+    return (
+        out.get(("execute", *G, "executor", "seconds"), 0.0),
+        out.get(("execute", None, None, "idle", "seconds"), 0.0),
+    )
+
+
 def test_timeline_splits_gaps_into_executor_and_idle():
-    tl = ThreadTimeline(now=0.0, busy=True)
+    tl = ThreadTimeline(busy=True)
     tl.add_threads([1], now=0.0)
     # handed to the pool at 2, picked up at 2.5, ran until 4: idle 2, executor 0.5
-    assert tl.task_ran(1, submitted=2.0, start=2.5, stop=4.0) == (0.5, 2.0)
+    ran(tl, 1, submitted=2.0, start=2.5, stop=4.0)
+    assert executor_and_idle(tl) == (0.5, 2.0)
     # already queued when the thread became free: the whole gap is hand-off
-    assert tl.task_ran(1, submitted=3.0, start=4.1, stop=5.0) == pytest.approx((0.1, 0.0))
+    ran(tl, 1, submitted=3.0, start=4.1, stop=5.0)
+    assert executor_and_idle(tl) == pytest.approx((0.1, 0.0))
+    # a continuation (submitted 0): handed over the moment the thread was free
+    ran(tl, 1, submitted=0.0, start=5.25, stop=6.0)
+    assert executor_and_idle(tl) == pytest.approx((0.25, 0.0))
 
 
 def test_timeline_counts_no_idle_while_the_cluster_is_quiet():
-    tl = ThreadTimeline(now=0.0, busy=True)
+    tl = ThreadTimeline(busy=True)
     tl.add_threads([1, 2], now=0.0)
-    tl.task_ran(1, submitted=0.0, start=0.0, stop=1.0)
+    ran(tl, 1, submitted=0.0, start=0.0, stop=1.0)
     # everything finished: thread 1 was free 1..3, thread 2 free 0..3
     assert tl.set_busy(False, now=3.0) == pytest.approx(2.0 + 3.0)
+    taken(tl)
     # quiet from 3 to 10: nobody's time; then work arrives at 10, picked up at 10.5
     tl.set_busy(True, now=10.0)
-    executor, idle = tl.task_ran(1, submitted=10.0, start=10.5, stop=11.0)
-    assert (executor, idle) == (0.5, 0.0)
+    ran(tl, 1, submitted=10.0, start=10.5, stop=11.0)
+    assert executor_and_idle(tl) == (0.5, 0.0)
 
 
 def test_timeline_leaves_running_threads_to_their_task():
-    tl = ThreadTimeline(now=0.0, busy=True)
+    tl = ThreadTimeline(busy=True)
     tl.add_threads([1, 2], now=0.0)
     assert tl.set_busy(False, now=5.0, running={1}) == 5.0  # only thread 2 was free
 
 
 def test_timeline_partitions_a_thread_exactly():
     """Tasks' runs plus executor plus idle cover the busy period, nothing twice."""
-    tl = ThreadTimeline(now=0.0, busy=True)
+    tl = ThreadTimeline(busy=True)
     tl.add_threads([7], now=0.0)
     runs = [(0.5, 1.0, 2.0), (1.5, 2.0, 3.5), (4.0, 4.2, 6.0)]  # submitted, start, stop
-    total = 0.0
     for submitted, start, stop in runs:
-        executor, idle = tl.task_ran(7, submitted, start, stop)
-        total += executor + idle + (stop - start)
-    total += tl.set_busy(False, now=7.0)
+        ran(tl, 7, submitted, start, stop)
+    total = tl.set_busy(False, now=7.0) + sum(
+        v for (_, *_, unit), v in taken(tl).items() if unit == "seconds"
+    )
     assert total == pytest.approx(7.0)
+
+
+def test_thread_account_is_taken_once_and_keeps_integers():
+    tl = ThreadTimeline(busy=True)
+    tl.add_threads([1], now=0.0)
+    account = tl.accounts[1]
+    account.add(G, 0.0, 0.0, 1.0, 0.75, 0.25, 0.0, 0.0, 100)
+    account.add_extra(G, [("I/O", 0.5, "seconds"), ("rows", 3, "count")])
+    first = taken(tl)
+    assert first == {
+        ("execute", *G, "thread-cpu", "seconds"): 0.75,
+        ("execute", *G, "thread-noncpu", "seconds"): 0.25,
+        ("execute", *G, "tasks", "count"): 1,
+        ("execute", *G, "output", "bytes"): 100,
+        ("execute", *G, "I/O", "seconds"): 0.5,
+        ("execute", *G, "rows", "count"): 3,
+    }
+    assert taken(tl) == {}  # nothing new: nothing twice
+    account.add(G, 0.0, 1.0, 2.0, 1.0, 0.0, 0.0, 0.0, 20)
+    account.add_extra(G, [("rows", 2, "count")])
+    second = taken(tl)
+    assert second[("execute", *G, "tasks", "count")] == 1
+    assert second[("execute", *G, "output", "bytes")] == 20
+    assert second[("execute", *G, "rows", "count")] == 2
+    assert all(type(second[k]) is int for k in second if k[-1] in ("count", "bytes"))
+    assert min(second.values()) > 0
+
+
+def test_thread_account_read_mid_update_delays_and_never_doubles():
+    """The loop may look while the thread is half-way through adding a task: that
+    part shows at the next look; the sum over looks is exact."""
+    tl = ThreadTimeline(busy=True)
+    tl.add_threads([1], now=0.0)
+    account = tl.accounts[1]
+    account.add(G, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 10)
+    total: dict = {}
+    for key, value in taken(tl).items():
+        total[key] = total.get(key, 0) + value
+    sums = account.sums[G]
+    sums[0] += 2.0  # a second task, caught after its CPU seconds were added ...
+    for key, value in taken(tl).items():
+        total[key] = total.get(key, 0) + value
+    sums[4] += 1  # ... and before its count
+    sums[5] += 30
+    for key, value in taken(tl).items():
+        total[key] = total.get(key, 0) + value
+    assert total[("execute", *G, "thread-cpu", "seconds")] == 3.0
+    assert total[("execute", *G, "tasks", "count")] == 2
+    assert total[("execute", *G, "output", "bytes")] == 40
 
 
 def test_ledger_delta_is_taken_once_and_totals_keep_growing():

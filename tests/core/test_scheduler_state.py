@@ -21,6 +21,7 @@ from kernel_cluster.core.scheduler_messages import (
     WorkerRemoved,
 )
 from kernel_cluster.core.scheduler_state import KilledWorker, LostDependency, SchedulerState
+from kernel_cluster.core.scheduler_tasks import EMPTY
 
 
 class Sched:
@@ -61,6 +62,32 @@ def reports(instructions: list) -> dict:
 
 def freed(instructions: list) -> set:
     return {(i.worker, k) for i in instructions if isinstance(i, FreeKeys) for k in i.keys}
+
+
+def test_task_sets_are_shared_while_empty():
+    """A task's sets start as the one shared EMPTY (no container per task for the cyclic GC
+    to traverse), become real sets on the first add and go back to EMPTY once emptied."""
+    s = Sched(("w", 1))
+    s.submit({"a": (), "b": ("a",)}, ["a", "b"])
+    a, b = s.s.tasks["a"], s.s.tasks["b"]
+    assert a.dependencies is EMPTY and b.dependents is EMPTY and a.waiting_on is EMPTY
+    assert a.who_has is EMPTY and b.who_has is EMPTY and b.waiters is EMPTY
+    assert a.dependents == {b} and a.waiters == {b} and b.dependencies == b.waiting_on == {a}
+    assert type(a.dependents) is set and type(b.waiting_on) is set
+    b.discard_waiter(a)  # discarding from EMPTY: nothing happens
+    b.discard_dependent(a)
+    assert b.waiters is EMPTY and b.dependents is EMPTY
+    s.finish("a", "w")
+    assert b.waiting_on is EMPTY and {w.address for w in a.who_has} == {"w"}
+    s.finish("b", "w")
+    assert a.waiters is EMPTY and a.dependents == {b}  # b no longer needs a's data
+    s.handle(ClientReleasedKeys("c", ["b"]))  # b is forgotten; a is still wanted
+    assert s.state("b") == "forgotten" and s.state("a") == "memory"
+    assert a.dependents is EMPTY and b.dependencies is EMPTY and b.who_has is EMPTY
+    s.submit({"b": ("a",)}, ["b"])  # a new dependent after that: a real set again
+    assert s.s.tasks["b"] in a.dependents and type(a.dependents) is set
+    s.handle(ClientReleasedKeys("c", ["a", "b"]))
+    assert not s.s.tasks and a.who_wants is EMPTY and a.who_has is EMPTY
 
 
 def test_single_task_lifecycle():

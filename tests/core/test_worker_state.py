@@ -19,7 +19,7 @@ from kernel_cluster.core.worker_messages import (
     SendTaskErred,
     SendTaskFinished,
 )
-from kernel_cluster.core.worker_state import WorkerState
+from kernel_cluster.core.worker_state import EMPTY, WorkerState
 
 
 class W:
@@ -105,6 +105,28 @@ def test_fetches_inputs_from_peers_in_one_batch_per_peer():
     # the transfer is attached to the task that needed the data
     assert ("transfer", 3.0, 4.0, "p1") in msg.startstops
     assert ("compute", 4.0, 5.0) in msg.startstops
+
+
+def test_task_sets_are_shared_while_empty():
+    """No set (nor startstops list) per task while it has nothing to hold: see EMPTY."""
+    w = W()
+    w.compute("a")
+    a = w.w.tasks["a"]
+    assert a.dependencies is a.dependents is a.waiting_for_data is EMPTY
+    assert a.startstops == ()
+    w.compute("b", who_has={"x": ("p1",)}, nbytes={"x": 5})
+    b, x = w.w.tasks["b"], w.w.tasks["x"]
+    assert b.dependencies == b.waiting_for_data == {x} and x.dependents == {b}
+    b.discard_dependent(x)  # discarding from EMPTY: nothing happens
+    assert b.dependents is EMPTY
+    w.handle(GatherDepSucceeded("p1", {"x": 1}, {"x": 5}, 3.0, 4.0))
+    assert b.waiting_for_data is EMPTY and b.startstops == (("transfer", 3.0, 4.0, "p1"),)
+    w.done("a")
+    out = w.done("b", start=4.0, stop=5.0)
+    (msg,) = of(SendTaskFinished, out)
+    assert msg.startstops == [("transfer", 3.0, 4.0, "p1"), ("compute", 4.0, 5.0)]
+    assert b.dependencies is EMPTY and b.startstops == ()
+    assert x.dependents is EMPTY and x.state == "memory"  # a replica until freed
 
 
 def test_fetch_retries_other_holder_then_gives_up():

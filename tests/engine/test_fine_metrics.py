@@ -109,6 +109,30 @@ def test_sleeping_tasks_are_mostly_thread_noncpu(mclient):
         assert "deserialize" not in m
 
 
+def nap(x):
+    time.sleep(0.002)
+    return x
+
+
+def test_short_sleeps_among_trivial_tasks_stay_noncpu():
+    """Trivial tasks skip the CPU clock (it costs more than they do); the sleeps that
+    follow them on the same thread must still come out as waiting, not CPU."""
+    with (
+        KernelCluster(n_workers=1, threads_per_worker=1, memory_limit=0) as cluster,
+        Client(cluster) as client,
+    ):
+        futures = []
+        for i in range(60):
+            futures += [client.submit(inc, i, pure=False), client.submit(nap, i, pure=False)]
+        client.gather(futures)
+        naps = execute(client, "nap")
+        incs = execute(client, "inc")
+    slept = 60 * 0.002
+    assert naps["thread-noncpu"] > 0.8 * slept
+    assert naps["thread-cpu"] < 0.2 * slept
+    assert incs.get("thread-cpu", 0) + incs.get("thread-noncpu", 0) < 0.1 * slept
+
+
 def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
     eclient.gather(eclient.map(python_loop, [1_500_000] * 4, pure=False))
     loop = execute(eclient, "python_loop")

@@ -75,6 +75,20 @@ def test_spilling_and_unspilling_are_metered(buf):
     assert all(v >= 0 for _, v, _ in seen)
 
 
+def test_read_many_reads_memory_and_disk_and_meters_memory_once(buf):
+    for i in range(5):
+        buf[i] = arr(i)  # 0 and 1 go to disk
+    seen = []
+    with context_meter.scope(lambda *d: seen.append(d), MeterFrame()):
+        out = buf.read_many([4, 0, 3, "missing"])
+    assert set(out) == {4, 0, 3}
+    for i in (4, 0, 3):
+        np.testing.assert_array_equal(out[i], arr(i))
+    memory = [v for label, v, unit in seen if (label, unit) == ("memory-read", "bytes")]
+    assert memory == [2 * MB]  # 4 and 3, in one metric
+    assert any(label == "disk-read" for label, *_ in seen)  # 0 came back from disk
+
+
 def test_unpicklable_values_stay_in_memory(buf):
     buf["lock"] = threading.Lock()
     for i in range(5):
