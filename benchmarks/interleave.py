@@ -16,6 +16,7 @@ land on one configuration only.
 from __future__ import annotations
 
 import gc
+import random
 import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,16 +39,34 @@ def rounds(
 
 
 def overhead(times: list[float], baseline: list[float]) -> dict[str, float]:
-    """How much slower ``times`` are than ``baseline`` (both from ``rounds``)."""
+    """How much slower ``times`` are than ``baseline`` (both from ``rounds``).
+
+    ``ci_low``/``ci_high``: a 90% bootstrap interval of the median over rounds, so a
+    reader can tell a few percent of overhead from the machine's noise.
+    """
     per_round = [t / b - 1 for t, b in zip(times, baseline, strict=True)]
     quartiles = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else per_round * 3
+    low, high = median_interval(per_round)
     return {
         "median_of_rounds": statistics.median(per_round),
         "q1": quartiles[0],
         "q3": quartiles[-1],
+        "ci_low": low,
+        "ci_high": high,
         "of_medians": statistics.median(times) / statistics.median(baseline) - 1,
         "of_fastest": min(times) / min(baseline) - 1,
     }
+
+
+def median_interval(values: list[float], level: float = 0.9) -> tuple[float, float]:
+    """A percentile-bootstrap interval of the median (fixed seed: reruns agree)."""
+    if len(values) < 2:
+        return values[0], values[0]
+    rng = random.Random(0)
+    n = len(values)
+    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(2000))
+    tail = (1 - level) / 2
+    return medians[int(tail * len(medians))], medians[int((1 - tail) * len(medians)) - 1]
 
 
 def one_cluster_per_mode() -> Iterator[tuple[str, Any]]:

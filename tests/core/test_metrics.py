@@ -200,26 +200,30 @@ def test_thread_account_is_taken_once_and_keeps_integers():
 
 
 def test_thread_account_read_mid_update_delays_and_never_doubles():
-    """The loop may look while the thread is half-way through adding a task: that
+    """The loop may look while the thread is half-way through a task's update: that
     part shows at the next look; the sum over looks is exact."""
     tl = ThreadTimeline(busy=True)
     tl.add_threads([1], now=0.0)
     account = tl.accounts[1]
-    account.add(G, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 10)
     total: dict = {}
-    for key, value in taken(tl).items():
-        total[key] = total.get(key, 0) + value
-    sums = account.sums[G]
-    sums[0] += 2.0  # a second task, caught after its CPU seconds were added ...
-    for key, value in taken(tl).items():
-        total[key] = total.get(key, 0) + value
-    sums[4] += 1  # ... and before its count
-    sums[5] += 30
-    for key, value in taken(tl).items():
-        total[key] = total.get(key, 0) + value
-    assert total[("execute", *G, "thread-cpu", "seconds")] == 3.0
+
+    def look() -> None:
+        for key, value in taken(tl).items():
+            total[key] = total.get(key, 0) + value
+
+    account.add(G, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 10)
+    account.add_extra(G, [("I/O", 0.5, "seconds")])
+    look()
+    account.add(G, 2.0, 3.0, 4.0, 0.5, 0.5, 0.0, 0.0, 30)  # idle 1..2, executor 2..3
+    look()  # caught after the second task's sums, before its metered seconds
+    account.add_extra(G, [("I/O", 0.25, "seconds")])
+    look()
+    assert total[("execute", *G, "thread-cpu", "seconds")] == 1.5
     assert total[("execute", *G, "tasks", "count")] == 2
     assert total[("execute", *G, "output", "bytes")] == 40
+    assert total[("execute", *G, "I/O", "seconds")] == 0.75
+    assert total[("execute", None, None, "idle", "seconds")] == 1.0
+    assert total[("execute", *G, "executor", "seconds")] == 1.0
 
 
 def test_ledger_delta_is_taken_once_and_totals_keep_growing():
