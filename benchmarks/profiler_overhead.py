@@ -13,7 +13,7 @@ here ran 10-15% apart, so comparing configurations on different clusters would
 measure the clusters; on the same workers only the sampling differs. Runs are
 interleaved in rounds in rotating order (benchmarks/interleave.py); the overhead is
 read per round against the profiler-off run and summarised by the median over
-rounds, with its quartiles. Run-to-run noise on this kind of machine is ~10%, so
+rounds, with a 90% bootstrap interval. Run-to-run noise on this kind of machine is ~10%, so
 the table also gives the sampling threads' own CPU time over the run's wall time
 (summed over workers): a floor on the cost that noise does not blur.
 Target: at most 2% at the default interval.
@@ -87,8 +87,9 @@ class Probe:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args(argv)
-    repeats = 4 if args.quick else 24
+    repeats = 4 if args.quick else args.rounds
     names = list(CONFIGS)
     report: dict = {}
     for mode, client in one_cluster_per_mode():
@@ -106,10 +107,13 @@ def main(argv: list[str] | None = None) -> dict:
             report[f"{mode}/{wname}"] = row
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print("overhead: median over rounds of (on / off - 1) [quartiles]; sampler CPU / wall")
+    print(
+        f"overhead: median over {repeats} rounds of (on / off - 1) [its 90% interval]; "
+        "sampler CPU / wall"
+    )
     print(f"{'workload':18} {'off (s)':>7}", end="")
     for n in names[1:]:
-        print(f" | {n:>5} {'overhead':>8} {'[q1..q3]':>16} {'sampler':>7}", end="")
+        print(f" | {n:>5} {'overhead':>8} {'[90% interval]':>16} {'sampler':>7}", end="")
     print()
     for name, r in report.items():
         if not isinstance(r, dict):
@@ -117,9 +121,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{name:18} {r['off_s']:7.3f}", end="")
         for n in names[1:]:
             o = r[f"{n}_overhead"]
-            quartiles = f"[{o['q1']:.1%}..{o['q3']:.1%}]"
+            interval = f"[{o['ci_low']:.1%}..{o['ci_high']:.1%}]"
             print(
-                f" | {r[f'{n}_s']:5.3f} {o['median_of_rounds']:8.1%} {quartiles:>16}"
+                f" | {r[f'{n}_s']:5.3f} {o['median_of_rounds']:8.1%} {interval:>16}"
                 f" {r[f'{n}_sampler_cpu']:7.2%}",
                 end="",
             )
