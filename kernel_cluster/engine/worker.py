@@ -531,7 +531,7 @@ class Worker:
         was_idle = not executing
         executing[ident] = (key, ts.prefix)
         profiler = self.profiler
-        if was_idle and profiler is not None:
+        if was_idle and profiler is not None and profiler.resting:
             profiler.wake()  # it rests while no task runs
         try:
             if annotation is None:
