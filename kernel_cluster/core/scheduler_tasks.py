@@ -11,6 +11,7 @@ from collections import defaultdict, deque
 from typing import Any, Literal
 
 from .keys import Key
+from .lazysets import EMPTY, added, discarded
 
 TaskStateName = Literal[
     "released", "waiting", "queued", "processing", "memory", "erred", "forgotten"
@@ -25,13 +26,6 @@ ALL_STATES: tuple[TaskStateName, ...] = (
     "forgotten",
 )
 PENDING_STATES = frozenset({"waiting", "queued", "processing"})
-
-# What a TaskState's sets (dependencies, dependents, waiters, waiting_on, who_has,
-# who_wants) hold while empty, as several of them are for most tasks most of the time:
-# one shared immutable set instead of six per task. An empty set is still a container
-# that the cyclic GC traverses in every full collection, for as long as the task lives.
-# The add_* methods put a real set in its place; clear one by assigning EMPTY.
-EMPTY: frozenset[Any] = frozenset()
 
 
 class _Aggregate:
@@ -237,78 +231,40 @@ class TaskState:
     def __lt__(self, other: TaskState) -> bool:
         return self.priority < other.priority
 
-    # -- the lazily made sets (see EMPTY) ---------------------------------------------
+    # -- the lazily made sets (see core/lazysets.py) ------------------------------------
 
     def add_dependency(self, ts: TaskState) -> None:
-        if type(self.dependencies) is set:
-            self.dependencies.add(ts)
-        else:
-            self.dependencies = {ts}
+        self.dependencies = added(self.dependencies, ts)
 
     def add_dependent(self, ts: TaskState) -> None:
-        if type(self.dependents) is set:
-            self.dependents.add(ts)
-        else:
-            self.dependents = {ts}
+        self.dependents = added(self.dependents, ts)
 
     def discard_dependent(self, ts: TaskState) -> None:
-        dependents = self.dependents
-        if type(dependents) is set:
-            dependents.discard(ts)
-            if not dependents:
-                self.dependents = EMPTY
+        self.dependents = discarded(self.dependents, ts)
 
     def add_waiter(self, ts: TaskState) -> None:
-        if type(self.waiters) is set:
-            self.waiters.add(ts)
-        else:
-            self.waiters = {ts}
+        self.waiters = added(self.waiters, ts)
 
     def discard_waiter(self, ts: TaskState) -> None:
-        waiters = self.waiters
-        if type(waiters) is set:
-            waiters.discard(ts)
-            if not waiters:
-                self.waiters = EMPTY
+        self.waiters = discarded(self.waiters, ts)
 
     def add_waiting_on(self, ts: TaskState) -> None:
-        if type(self.waiting_on) is set:
-            self.waiting_on.add(ts)
-        else:
-            self.waiting_on = {ts}
+        self.waiting_on = added(self.waiting_on, ts)
 
     def discard_waiting_on(self, ts: TaskState) -> None:
-        waiting_on = self.waiting_on
-        if type(waiting_on) is set:
-            waiting_on.discard(ts)
-            if not waiting_on:
-                self.waiting_on = EMPTY
+        self.waiting_on = discarded(self.waiting_on, ts)
 
     def add_who_has(self, ws: WorkerRecord) -> None:
-        if type(self.who_has) is set:
-            self.who_has.add(ws)
-        else:
-            self.who_has = {ws}
+        self.who_has = added(self.who_has, ws)
 
     def discard_who_has(self, ws: WorkerRecord) -> None:
-        who_has = self.who_has
-        if type(who_has) is set:
-            who_has.discard(ws)
-            if not who_has:
-                self.who_has = EMPTY
+        self.who_has = discarded(self.who_has, ws)
 
     def add_who_wants(self, cs: ClientRecord) -> None:
-        if type(self.who_wants) is set:
-            self.who_wants.add(cs)
-        else:
-            self.who_wants = {cs}
+        self.who_wants = added(self.who_wants, cs)
 
     def discard_who_wants(self, cs: ClientRecord) -> None:
-        who_wants = self.who_wants
-        if type(who_wants) is set:
-            who_wants.discard(cs)
-            if not who_wants:
-                self.who_wants = EMPTY
+        self.who_wants = discarded(self.who_wants, cs)
 
 
 # a set of tasks, or EMPTY

@@ -24,6 +24,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any, Literal
 
 from .keys import Key
+from .lazysets import EMPTY, added, discarded
 from .scheduler_messages import ComputeTask, FreeKeys
 from .worker_messages import (
     ComputeRequested,
@@ -47,12 +48,6 @@ WorkerTaskStateName = Literal[
     "released", "waiting", "ready", "executing", "memory", "error", "fetch", "flight"
 ]
 ACTIVE = frozenset({"waiting", "ready", "executing"})
-
-# What a WorkerTask's dependencies, dependents and waiting_for_data hold while empty, as
-# most of them are for most tasks: one shared immutable set instead of three per task
-# (an empty set is still a container the cyclic GC traverses, for the task's lifetime).
-# The add_* methods put a real set in its place; clear one by assigning EMPTY.
-EMPTY: frozenset[Any] = frozenset()
 
 
 class WorkerTask:
@@ -108,39 +103,22 @@ class WorkerTask:
     def __lt__(self, other: WorkerTask) -> bool:
         return self.priority < other.priority
 
-    # -- the lazily made sets (see EMPTY) ---------------------------------------------
+    # -- the lazily made sets (see core/lazysets.py) ------------------------------------
 
     def add_dependency(self, ts: WorkerTask) -> None:
-        if type(self.dependencies) is set:
-            self.dependencies.add(ts)
-        else:
-            self.dependencies = {ts}
+        self.dependencies = added(self.dependencies, ts)
 
     def add_dependent(self, ts: WorkerTask) -> None:
-        if type(self.dependents) is set:
-            self.dependents.add(ts)
-        else:
-            self.dependents = {ts}
+        self.dependents = added(self.dependents, ts)
 
     def discard_dependent(self, ts: WorkerTask) -> None:
-        dependents = self.dependents
-        if type(dependents) is set:
-            dependents.discard(ts)
-            if not dependents:
-                self.dependents = EMPTY
+        self.dependents = discarded(self.dependents, ts)
 
     def add_waiting_for(self, ts: WorkerTask) -> None:
-        if type(self.waiting_for_data) is set:
-            self.waiting_for_data.add(ts)
-        else:
-            self.waiting_for_data = {ts}
+        self.waiting_for_data = added(self.waiting_for_data, ts)
 
     def discard_waiting_for(self, ts: WorkerTask) -> None:
-        waiting = self.waiting_for_data
-        if type(waiting) is set:
-            waiting.discard(ts)
-            if not waiting:
-                self.waiting_for_data = EMPTY
+        self.waiting_for_data = discarded(self.waiting_for_data, ts)
 
 
 # a set of worker tasks, or EMPTY while empty
