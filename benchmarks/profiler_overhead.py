@@ -14,8 +14,9 @@ measure the clusters; on the same workers only the sampling differs. Each interv
 is compared with profiling off in rounds of its own (off and on, in alternating
 order; benchmarks/interleave.py); the overhead is read per round against the
 profiler-off run and summarised by the median over rounds, with a 90% bootstrap
-interval. Run-to-run noise on this kind of machine is ~10%, so the table also gives the sampling threads' own CPU time over the run's wall time
-(summed over workers): a floor on the cost that noise does not blur.
+interval. Run-to-run noise on this kind of machine is ~10%, so the table also
+gives the sampling threads' own CPU time over the run's wall time (summed over
+workers): a floor on the cost that noise does not blur.
 Target: at most 2% at the default interval.
 Results also go to benchmarks/results/profiler_overhead.json.
 """
