@@ -28,7 +28,6 @@ from .core.scheduler_messages import (
     ReportKey,
 )
 from .core.spec import (
-    NO_DEPENDENCIES,
     Call,
     GraphError,
     Ref,
@@ -284,7 +283,7 @@ class Client:
             key = f"{funcname(fn)}-{token}"
         else:
             validate_key(key)
-        spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps) if deps else NO_DEPENDENCIES)
+        spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
         payload = _dumps_task(key, spec) if self._pickle_tasks else spec
         with self._lock:
             event = GraphSubmitted(
@@ -344,7 +343,7 @@ class Client:
             out_keys.append(k)
             if k in specs:
                 continue
-            spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps) if deps else NO_DEPENDENCIES)
+            spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
             specs[k] = _dumps_task(k, spec) if self._pickle_tasks else spec
             dependencies[k] = spec.dependencies
             order[k] = i

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .keys import Key, validate_key
+from .lazysets import EMPTY
 
 
 class Ref:
@@ -51,7 +52,7 @@ class Call:
 
 # the dependencies of every task that reads no other key: one shared set, not one each
 # (even an empty frozenset is a container that the cyclic GC tracks)
-NO_DEPENDENCIES: frozenset[Any] = frozenset()
+NO_DEPENDENCIES: frozenset[Any] = EMPTY
 
 
 class TaskSpec:
@@ -188,7 +189,7 @@ def parse_graph(dsk: Mapping, known_keys: Mapping | frozenset = frozenset()) -> 
             raise GraphError(f"Task {key!r} is nested too deeply to run.", keys=(key,)) from None
         if key in deps:
             raise GraphError(f"Task {key!r} depends on itself.", keys=(key,))
-        specs[key] = TaskSpec(expr, frozenset(deps) if deps else NO_DEPENDENCIES)
+        specs[key] = TaskSpec(expr, frozenset(deps))
     check_acyclic(specs)
     return specs
 
