@@ -272,11 +272,11 @@ class ProfileLog:
         self.recent: dict[str, Tree] = {}
         self.recent_start = now
 
-    def add(self, stack: Sequence[Frame], prefix: str) -> None:
+    def add(self, stack: Sequence[Frame], prefix: str, count: int = 1) -> None:
         tree = self.recent.get(prefix)
         if tree is None:
             tree = self.recent[prefix] = new_tree()
-        add_stack(tree, stack)
+        add_stack(tree, stack, count)
 
     def cycle(self, now: float) -> Cycle:
         """Close the current cycle at ``now`` into the history; a new one starts."""

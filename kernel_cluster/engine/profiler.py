@@ -1,6 +1,6 @@
 """The statistical profiler: a thread per worker that samples its task threads' stacks.
 
-Every ``interval`` seconds it reads the frame each task thread is executing
+About every ``interval`` seconds it reads the frame each task thread is executing
 (``sys._current_frames()``), keeps the part that belongs to the task (from the
 task's function inward) and counts it in a ``core.profile.ProfileLog`` under the
 task's prefix; every ``cycle_interval`` seconds the log closes a cycle stamped with
@@ -9,8 +9,11 @@ the scheduler's clock. The worker tells which thread runs which task through
 
 Per sample the cost is one step per frame: frame descriptions (file, function,
 line, source text) are computed once per code object and instruction, and adding a
-stack to the tree does not look at the rest of the tree. A worker with no task
-running for a while lets the thread rest until one starts (``Profiler.wake``).
+stack to the tree does not look at the rest of the tree. Looks come at random
+moments, less often while they catch no task in its own code, each then counting
+for several samples (``core.sampling``): a stream of tiny tasks costs a few looks a
+second, not one per ``interval``. A worker with no task running for a while lets the
+thread rest until one starts (``Profiler.wake``).
 """
 
 from __future__ import annotations
@@ -26,13 +29,17 @@ from typing import Any
 
 from ..core import spec as spec_module
 from ..core.profile import Frame, ProfileLog, Tree, describe, new_tree, to_flat
+from ..core.sampling import SampleSchedule
 
 # A task's function is called by one of these (core/spec.py); the frames outside it
 # (spec, execute.py, the worker's _run, the pool's loop, threading) are the engine's.
 _BOUNDARY = frozenset(id(f.__code__) for f in (spec_module.evaluate, spec_module._substitute))
 _CACHE_LIMIT = 20_000
 _REST_AFTER = 0.1  # seconds without a task before the sampler rests
-_IDLE_CHECK = 0.1  # seconds between looks at a resting worker's threads
+# mean seconds between looks while tasks run but none is caught in its own code, and
+# while none runs at all (see core.sampling)
+_BACKOFF = 0.05
+_REST = 0.2
 
 
 class FrameCache:
@@ -122,7 +129,9 @@ class Profiler:
         self._signal = threading.Lock()
         self._signal.acquire()
         self._stopping = False
-        self.resting = False  # no task was running at the sampler's last look
+        self.resting = False  # no task has run for a while: a starting task wakes us
+        self.schedule = SampleSchedule(interval, _BACKOFF, _REST)
+        self.looks = 0  # how often the sampling thread has looked (each costs a wake-up)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -148,9 +157,9 @@ class Profiler:
     def wake(self) -> None:
         """A task started on a worker that had none running: end the sampler's rest.
 
-        Once no task has run for ``_REST_AFTER`` seconds the thread only wakes to
-        close cycles (and every ``_IDLE_CHECK`` seconds, in case this call crossed its
-        last look); a busy worker never rests, so its tasks never wake the thread."""
+        Once no task has run for ``_REST_AFTER`` seconds the thread looks only about
+        every ``_REST`` seconds (in case this call crossed its last look) and closes
+        cycles; a busy worker never rests, so its tasks never wake the thread."""
         if self.resting:
             self.resting = False
             try:
@@ -177,41 +186,45 @@ class Profiler:
 
     def _loop(self) -> None:
         clock = time.monotonic
-        interval, cycle_interval = self.interval, self.cycle_interval
+        cycle_interval = self.cycle_interval
+        schedule = self.schedule
         signalled = self._signal.acquire
         executing = self.executing
-        now = last_busy = clock()
-        next_sample = now + interval
+        now = clock()
+        last_busy = now - _REST_AFTER
+        next_look = schedule.first(now)
         next_cycle = now + cycle_interval
+        rest = True  # no task has run for _REST_AFTER: sleep until one starts
         while True:
-            now = clock()
-            self.resting = True  # before looking: a task starting after the look wakes us
-            if executing or now - last_busy < _REST_AFTER:
-                self.resting = False
-                timeout = next_sample - now
-            else:  # idle for a while: sleep until a task starts or a cycle ends
-                timeout = min(next_cycle - now, _IDLE_CHECK)
-            woken = signalled(True, max(0.0, timeout))
-            self.resting = False
+            woken = False
+            if rest:
+                self.resting = True  # before checking: a task starting after this wakes us
+                woken = bool(executing)  # one started before it could see the flag
+            if not woken:
+                woken = signalled(True, max(0.0, min(next_look, next_cycle) - clock()))
             if self._stopping:
                 return
             now = clock()
-            if executing or woken:
-                # woken: a task started, though it may be over already (short tasks
-                # come and go between looks): stay awake rather than be woken per task
+            if woken:
+                # a task started on an idle worker; no look now (that would favour what
+                # tasks do first), but the next one comes at the full rate
+                rest = self.resting = False
                 last_busy = now
-            if now >= next_sample:
-                # samples fall on a fixed grid, never on the moment a task started (that
-                # would favour what tasks do first); a point missed is skipped, not made up
-                if executing and not woken:
-                    self.sample()
-                next_sample += (math.floor((now - next_sample) / interval) + 1) * interval
+                next_look = schedule.woken(now)
+            elif now >= next_look:
+                self.looks += 1
+                hits = self.sample(schedule.weight) if executing else 0
+                if executing:
+                    last_busy = now
+                rest = now - last_busy >= _REST_AFTER
+                next_look = schedule.seen(hits, not rest, next_look, now)
             if now >= next_cycle:
                 self.cycle()
                 next_cycle += (math.floor((now - next_cycle) / cycle_interval) + 1) * cycle_interval
 
-    def sample(self) -> int:
-        """Count the current stack of every thread running a task; returns how many."""
+    def sample(self, weight: int = 1) -> int:
+        """Count the current stack of every thread running a task, ``weight`` times
+        (see core.sampling); returns how many threads were inside a task's code."""
         executing = self.executing
         if not executing:
             return 0
@@ -225,7 +238,7 @@ class Profiler:
                 for ident, (_key, prefix) in running.items():
                     stack = task_stack(frames.get(ident))
                     if stack is not None:
-                        add(stack, prefix)
+                        add(stack, prefix, weight)
                         n += 1
             return n
         finally:
