@@ -17,7 +17,7 @@ interval. Target: at most 3%.
 Run to run, this machine moves by 10-20%: more than the target. So the script
 also times what collection adds where it runs, per task, which short interleaved
 repeats measure to a fraction of a microsecond: the task runner with metrics
-(``run_task``, on a thread account) against the one without, over the engine's
+(``TaskRunner.run``, on a thread account) against the one without, over the engine's
 whole cost per trivial task (the "off" runs' time / 10,000). Everything else
 metrics cost is per heartbeat or per batch of results, not per task.
 Results also go to benchmarks/results/metrics_overhead.json.
@@ -77,18 +77,18 @@ def task_runner_cost(repeats: int = 15, calls: int = 20_000) -> dict[str, float]
 
     from kernel_cluster.core.metrics import ThreadTimeline
     from kernel_cluster.core.spec import Call, TaskSpec
-    from kernel_cluster.engine.execute import run_task, run_task_unmetered
+    from kernel_cluster.engine.execute import TaskRunner, run_task_unmetered
 
     spec = TaskSpec(Call(inc, (1,)), frozenset())
     timeline = ThreadTimeline(busy=True)
     timeline.add_threads([threading.get_ident()], time.perf_counter())
-    account = timeline.accounts[threading.get_ident()]
+    runner = TaskRunner(timeline.accounts[threading.get_ident()])
     group = (None, "inc")
 
     def metered() -> float:
         t = time.perf_counter()
         for _ in range(calls):
-            run_task("k", spec, {}, 0.0, account, group)
+            runner.run("k", spec, {}, 0.0, group)
         return (time.perf_counter() - t) / calls * 1e6
 
     def unmetered() -> float:

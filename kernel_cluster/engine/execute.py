@@ -6,7 +6,6 @@ import os
 import threading
 import time
 import traceback as tb_module
-import weakref
 from types import TracebackType
 from typing import Any
 
@@ -27,17 +26,19 @@ _ENGINE_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(spec_modul
 # thread's last CPU reading, is taken to have run on the CPU all along.
 _SHORT_TASK = 20e-6
 _STALE_READING = 1e-3
+_wall, _cpu = time.perf_counter, time.thread_time
+_evaluate = spec_module.evaluate
 
 
-def run_task(
-    key: Key, spec: Any, data: Any, submitted: float, account: ThreadAccount, group: tuple
-) -> ExecuteSucceeded | ExecuteFailed:
-    """Evaluate a task with its inputs; never raises (the outcome is the event).
+class TaskRunner:
+    """Runs tasks on one task thread with fine metrics; made on that thread, once.
 
-    ``spec`` is a TaskSpec, or its cloudpickled bytes when it came from another
-    process. How the run's time was spent goes into this thread's ``account``
-    under ``group`` (span, prefix), here on the task thread, so the worker's loop
-    does nothing per task for metrics:
+    It holds the thread's ``account`` (where the metrics are summed), its
+    ``context_meter`` listener (installed for good: a trivial task's whole cost is a
+    few microseconds) and where the thread's CPU clock was last read.
+
+    How a run's time is spent, summed here on the task thread so that the worker's
+    loop does nothing per task for metrics:
 
     - ``thread-cpu``: the thread's CPU time inside the task's own code (and the few
       instructions since the thread's previous task, within the task's wall time);
@@ -49,145 +50,218 @@ def run_task(
       the engine's own: "deserialize", "disk-read", ...), taken out of the two above;
     - ``other``: the rest of the run (unpacking inputs, measuring the result);
     - ``executor``: from ``submitted`` (handed to the pool) until it started.
-
-    Call it on task threads only: the first call makes the thread's context listen
-    to ``context_meter`` for good (see ``_Collector``).
     """
-    wall, cpu = time.perf_counter, time.thread_time
-    t_got = wall()
-    try:
-        collector = _local.collector
-    except AttributeError:
-        collector = _local.collector = _Collector()
-    anchor = t_got + collector.to_time  # the scheduler's kind of clock, for the task stream
-    frame = collector.frame
-    frame.inner_wall = frame.inner_cpu = 0.0
-    digests = collector.digests
-    if digests:
-        digests.clear()
-    deserialize = 0.0
-    try:
-        if type(spec) is bytes:
-            # unpickling is CPU work: timed by wall clock alone, it costs no CPU readings
-            spec = load_task(key, spec)
-            t_loaded = wall()
-            deserialize = t_loaded - t_got
-            frame.inner_wall += deserialize
-            frame.inner_cpu += deserialize
-        else:
-            t_loaded = t_got
-        if callable(data):  # inputs that may have to come back from disk
-            inputs = data()
-            t_inputs = wall()
-        else:
-            inputs = data
-            t_inputs = t_loaded
-        inner_wall0 = frame.inner_wall
-        w0 = t_inputs  # the task's own code starts now
-        # At most one CPU reading per task: it starts where the previous task's left
-        # off, so the pool's few instructions between two tasks count as this one's
-        # (bounded by its wall time below).
-        c0 = collector.cpu_mark
-        if c0 < 0.0:  # this thread's first task, or the one after a failure
-            c0 = cpu()
-            collector.read_at = w0
-            cpu_metered0 = frame.inner_cpu
-        else:
-            cpu_metered0 = 0.0  # c0 predates all of this task's meters
-        value = spec_module.evaluate(spec.expr, inputs)
-        w1 = wall()
-        if w1 - w0 < _SHORT_TASK and w1 - collector.read_at < _STALE_READING:
-            # A reading (a system call) costs more than a task this short, which had
-            # no time to wait for anything: its wall time is its CPU time. What that
-            # misses shows in the next reading, at most _STALE_READING later.
-            c1 = collector.cpu_mark = c0 + (w1 - w0)
-        else:
-            c1 = collector.cpu_mark = cpu()
-            collector.read_at = w1
-            collector.to_time = time.time() - wall()
-    except BaseException as exc:
-        w1 = wall()
-        collector.cpu_mark = -1.0
-        tb = user_traceback(exc.__traceback__)
-        text = "".join(tb_module.format_exception(type(exc), exc, tb))
-        exc.__traceback__ = tb
-        noncpu = w1 - t_got - frame.inner_wall
-        account.add(group, submitted, t_got, wall(), 0.0, max(0.0, noncpu), 0.0, deserialize, 0)
-        if digests:
-            account.add_extra(group, digests)
-        startstops = [("compute", anchor, anchor + (w1 - t_got))]
-        return ExecuteFailed(key, exc, tb, text, startstops, collector.thread)
-    nbytes = sizeof(value)
-    t_end = wall()
-    task_wall = (w1 - w0) - (frame.inner_wall - inner_wall0)
-    thread_cpu = (c1 - c0) - (frame.inner_cpu - cpu_metered0)
-    if thread_cpu > task_wall:
-        thread_cpu = task_wall
-    elif thread_cpu < 0.0:
-        thread_cpu = 0.0
-    thread_noncpu = task_wall - thread_cpu
-    other = (t_end - t_got) - (w1 - w0) - inner_wall0
-    account.add(
-        group,
-        submitted,
-        t_got,
-        t_end,
-        thread_cpu,
-        thread_noncpu if thread_noncpu > 0.0 else 0.0,
-        other if other > 0.0 else 0.0,
-        deserialize,
-        nbytes,
-    )
-    if t_loaded == t_got:
-        startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
-    else:
-        startstops = [
-            ("compute", anchor + (w0 - t_got), anchor + (w1 - t_got)),
-            ("deserialize", anchor, anchor + (t_loaded - t_got)),
-        ]
-    if digests:
-        account.add_extra(group, digests)
-        if any(d[0] == "disk-read" for d in digests):
-            startstops.append(
-                ("disk-read", anchor + (t_loaded - t_got), anchor + (t_inputs - t_got))
-            )
-    return ExecuteSucceeded(
-        key, value, nbytes, type(value).__qualname__, startstops, collector.thread
-    )
 
+    __slots__ = ("account", "cpu_mark", "digests", "frame", "read_at", "thread", "to_time")
 
-class _Collector:
-    """A task thread's listener for ``context_meter``, installed once for all the tasks
-    it runs, since a trivial task's whole cost is a few microseconds."""
-
-    def __init__(self) -> None:
-        _collectors.add(self)
+    def __init__(self, account: ThreadAccount) -> None:
+        self.account = account
         self.thread = threading.get_ident()
         self.cpu_mark = -1.0  # the thread's CPU time at the end of its last task
         self.read_at = 0.0  # when the CPU clock was last read (wall clock)
         # time.time() - time.perf_counter(), brought up to date at each CPU reading
-        self.to_time = time.time() - time.perf_counter()
+        self.to_time = time.time() - _wall()
         self.frame = MeterFrame()
+        # what context_meter recorded in the running task; emptied once accounted
         self.digests: list[tuple] = []
         append = self.digests.append
         context_meter.listen_here(
             lambda label, value, unit: append((label, value, unit)), self.frame
         )
 
+    def forget_cpu_mark(self) -> None:
+        """Read the CPU clock afresh at the next task: after a time with metrics off,
+        the CPU used since the thread's last metered task is not that task's."""
+        self.cpu_mark = -1.0
 
-_local = threading.local()
-_collectors: weakref.WeakSet[_Collector] = weakref.WeakSet()
+    def run(
+        self, key: Key, spec: Any, data: Any, submitted: float, group: tuple
+    ) -> ExecuteSucceeded | ExecuteFailed:
+        """Evaluate a task with its inputs; never raises (the outcome is the event).
 
+        ``spec`` is a TaskSpec, or its cloudpickled bytes when it came from another
+        process; ``data`` its inputs, or a callable that reads them (from disk,
+        perhaps). The run's time goes into the account under ``group`` (span,
+        prefix).
+        """
+        t_got = _wall()
+        c0 = self.cpu_mark
+        if c0 < 0.0 or type(spec) is bytes or callable(data):
+            return self._run_in_full(key, spec, data, submitted, group, t_got)
+        # The common case, kept short: the task and its inputs in hand, and a CPU
+        # reading to start from. The meter frame is zero between tasks (the paths
+        # that meter reset it), and every meter also leaves a digest.
+        try:
+            value = _evaluate(spec.expr, data)
+        except BaseException as exc:
+            return self._failed(key, exc, submitted, group, t_got, 0.0)
+        w1 = _wall()
+        took = w1 - t_got
+        if took < _SHORT_TASK and w1 - self.read_at < _STALE_READING and not self.digests:
+            # A reading (a system call) costs more than a task this short, which had
+            # no time to wait for anything: its wall time is its CPU time. What that
+            # misses shows in the next reading, at most _STALE_READING later.
+            self.cpu_mark = c0 + took
+            nbytes = sizeof(value)
+            t_end = _wall()
+            self.account.add(group, submitted, t_got, t_end, took, 0.0, t_end - w1, 0.0, nbytes)
+            anchor = t_got + self.to_time
+            return ExecuteSucceeded(
+                key,
+                value,
+                nbytes,
+                type(value).__qualname__,
+                [("compute", anchor, anchor + took)],
+                self.thread,
+            )
+        return self._succeeded(key, value, submitted, group, t_got, t_got, t_got, 0.0, c0, 0.0, w1)
 
-def forget_cpu_marks() -> None:
-    """Task threads read their CPU clock afresh at their next task: after a time with
-    metrics off, the CPU used since a thread's last metered task is not that task's."""
-    for collector in list(_collectors):
-        collector.cpu_mark = -1.0
+    def _run_in_full(
+        self, key: Key, spec: Any, data: Any, submitted: float, group: tuple, t_got: float
+    ) -> ExecuteSucceeded | ExecuteFailed:
+        frame = self.frame
+        frame.inner_wall = frame.inner_cpu = 0.0
+        deserialize = 0.0
+        try:
+            if type(spec) is bytes:
+                # unpickling is CPU work: timed by wall clock alone, it costs no reading
+                spec = load_task(key, spec)
+                t_loaded = _wall()
+                deserialize = t_loaded - t_got
+                frame.inner_wall += deserialize
+                frame.inner_cpu += deserialize
+            else:
+                t_loaded = t_got
+            if callable(data):  # inputs that may have to come back from disk
+                inputs = data()
+                t_inputs = _wall()
+            else:
+                inputs = data
+                t_inputs = t_loaded
+            inner_wall0 = frame.inner_wall  # metered before the task's own code
+            # At most one CPU reading per task: it starts where the previous task's left
+            # off, so the pool's few instructions between two tasks count as this one's
+            # (bounded by its wall time in _succeeded).
+            c0 = self.cpu_mark
+            if c0 < 0.0:  # this thread's first task, or the one after a failure
+                c0 = _cpu()
+                self.read_at = t_inputs
+                cpu_metered0 = frame.inner_cpu
+            else:
+                cpu_metered0 = 0.0  # c0 predates all of this task's meters
+            value = _evaluate(spec.expr, inputs)
+            w1 = _wall()
+        except BaseException as exc:
+            return self._failed(key, exc, submitted, group, t_got, deserialize)
+        return self._succeeded(
+            key,
+            value,
+            submitted,
+            group,
+            t_got,
+            t_loaded,
+            t_inputs,
+            inner_wall0,
+            c0,
+            cpu_metered0,
+            w1,
+        )
+
+    def _succeeded(
+        self,
+        key: Key,
+        value: Any,
+        submitted: float,
+        group: tuple,
+        t_got: float,
+        t_loaded: float,
+        t_inputs: float,
+        inner_wall0: float,
+        c0: float,
+        cpu_metered0: float,
+        w1: float,
+    ) -> ExecuteSucceeded:
+        """Account a run that returned ``value``: its task code ran from ``t_inputs``
+        to ``w1``, after unpickling until ``t_loaded`` and reading inputs; meters had
+        taken ``inner_wall0`` seconds before the task code and ``cpu_metered0`` of the
+        CPU since ``c0``."""
+        frame = self.frame
+        w0 = t_inputs
+        if w1 - w0 < _SHORT_TASK and w1 - self.read_at < _STALE_READING:
+            c1 = self.cpu_mark = c0 + (w1 - w0)  # see run()
+        else:
+            c1 = self.cpu_mark = _cpu()
+            self.read_at = w1
+            self.to_time = time.time() - _wall()
+        nbytes = sizeof(value)
+        t_end = _wall()
+        deserialize = t_loaded - t_got
+        task_wall = (w1 - w0) - (frame.inner_wall - inner_wall0)
+        thread_cpu = (c1 - c0) - (frame.inner_cpu - cpu_metered0)
+        if thread_cpu > task_wall:
+            thread_cpu = task_wall
+        elif thread_cpu < 0.0:
+            thread_cpu = 0.0
+        thread_noncpu = task_wall - thread_cpu
+        other = (t_end - t_got) - (w1 - w0) - inner_wall0
+        self.account.add(
+            group,
+            submitted,
+            t_got,
+            t_end,
+            thread_cpu,
+            thread_noncpu if thread_noncpu > 0.0 else 0.0,
+            other if other > 0.0 else 0.0,
+            deserialize,
+            nbytes,
+        )
+        anchor = t_got + self.to_time  # the scheduler's kind of clock, for the task stream
+        startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
+        if t_loaded != t_got:
+            startstops.append(("deserialize", anchor, anchor + (t_loaded - t_got)))
+        digests = self.digests
+        if digests:
+            self.account.add_extra(group, digests)
+            if any(d[0] == "disk-read" for d in digests):
+                startstops.append(
+                    ("disk-read", anchor + (t_loaded - t_got), anchor + (t_inputs - t_got))
+                )
+            digests.clear()
+        frame.inner_wall = frame.inner_cpu = 0.0
+        return ExecuteSucceeded(
+            key, value, nbytes, type(value).__qualname__, startstops, self.thread
+        )
+
+    def _failed(
+        self,
+        key: Key,
+        exc: BaseException,
+        submitted: float,
+        group: tuple,
+        t_got: float,
+        deserialize: float,
+    ) -> ExecuteFailed:
+        """Account a run that raised: all of it is noncpu, bar what meters took."""
+        w1 = _wall()
+        self.cpu_mark = -1.0
+        tb = user_traceback(exc.__traceback__)
+        text = "".join(tb_module.format_exception(type(exc), exc, tb))
+        exc.__traceback__ = tb
+        noncpu = w1 - t_got - self.frame.inner_wall
+        self.account.add(
+            group, submitted, t_got, _wall(), 0.0, max(0.0, noncpu), 0.0, deserialize, 0
+        )
+        if self.digests:
+            self.account.add_extra(group, self.digests)
+            self.digests.clear()
+        self.frame.inner_wall = self.frame.inner_cpu = 0.0
+        anchor = t_got + self.to_time
+        startstops = [("compute", anchor, anchor + (w1 - t_got))]
+        return ExecuteFailed(key, exc, tb, text, startstops, self.thread)
 
 
 def run_task_unmetered(key: Key, spec: Any, data: Any) -> ExecuteSucceeded | ExecuteFailed:
-    """``run_task`` with fine metrics switched off: only the task stream's times."""
+    """``TaskRunner.run`` with fine metrics switched off: only the task stream's times."""
     thread = threading.get_ident()
     start = time.time()
     try:

@@ -41,7 +41,7 @@ from ..core.worker_messages import (
 )
 from ..core.worker_state import WorkerState, WorkerTask
 from .comm import SerializationError, check_serializable
-from .execute import forget_cpu_marks, pack_exception, run_task, run_task_unmetered
+from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .meter import context_meter
 from .pool import TaskThreadPool
 from .profiler import Profiler
@@ -161,6 +161,7 @@ class Worker:
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
         self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
+        self._runners: dict[int, TaskRunner] = {}  # by thread, made on their first task
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.timeline.add_threads(self.pool.idents, time.perf_counter())
@@ -186,7 +187,8 @@ class Worker:
         """
         self._use_fine_metrics(on)
         self.timeline.restart(time.perf_counter(), self.pool.running)
-        forget_cpu_marks()
+        for runner in list(self._runners.values()):
+            runner.forget_cpu_mark()
 
     def _use_fine_metrics(self, on: bool) -> None:
         self.fine_metrics = on
@@ -550,8 +552,10 @@ class Worker:
     ) -> Any:
         if not self.fine_metrics:
             return run_task_unmetered(ts.key, spec, inputs)
-        account = self.timeline.accounts[ident]
-        return run_task(ts.key, spec, inputs, submitted, account, (ts.span_id, ts.prefix))
+        runner = self._runners.get(ident)
+        if runner is None:  # the thread's first metered task: listen to its meters
+            runner = self._runners[ident] = TaskRunner(self.timeline.accounts[ident])
+        return runner.run(ts.key, spec, inputs, submitted, (ts.span_id, ts.prefix))
 
     async def _gather_dep(self, inst: GatherDep) -> None:
         digests: list[tuple] = []

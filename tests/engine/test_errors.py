@@ -48,7 +48,7 @@ def frame_names(tb) -> list[str]:
     return [frame.name for frame in traceback.extract_tb(tb)]
 
 
-ENGINE_FRAMES = {"run_task", "evaluate", "_substitute", "_run", "_work", "run"}
+ENGINE_FRAMES = {"run", "_run_in_full", "evaluate", "_substitute", "_run", "_work"}
 
 
 # -- a task raises -------------------------------------------------------------------
