@@ -182,6 +182,33 @@ TASK_FIELDS = (
 _NO_TASKS = (0.0, 0.0, 0.0, 0.0, 0, 0, 0.0)
 
 
+class GroupTotals:
+    """What one (span, prefix) ran on one thread: ``TASK_FIELDS``, as attributes.
+
+    The thread adds to the fields in place, one by one; they only grow, so a reader
+    that compares ``values()`` with what it saw before gets every part exactly once,
+    some of a task's parts perhaps a look later than the others.
+    """
+
+    __slots__ = ("count", "cpu", "deserialize", "executor", "nbytes", "noncpu", "other")
+
+    def __init__(self) -> None:
+        self.cpu = self.noncpu = self.executor = self.other = self.deserialize = 0.0
+        self.count = self.nbytes = 0
+
+    def values(self) -> tuple:
+        """In ``TASK_FIELDS`` order."""
+        return (
+            self.cpu,
+            self.noncpu,
+            self.executor,
+            self.other,
+            self.count,
+            self.nbytes,
+            self.deserialize,
+        )
+
+
 class ThreadAccount:
     """One task thread's running totals, added to by that thread as its tasks end.
 
@@ -202,7 +229,7 @@ class ThreadAccount:
     def __init__(self, timeline: ThreadTimeline, now: float):
         self.timeline = timeline
         self.mark = now
-        self.sums: dict[tuple, tuple] = {}  # (span, prefix) -> TASK_FIELDS totals
+        self.sums: dict[tuple, GroupTotals] = {}  # by (span, prefix)
         self.extra: dict[tuple, float] = {}  # (span, prefix, label, unit) -> total
         self.idle = 0.0
         self._seen: dict[tuple, tuple] = {}
@@ -225,28 +252,31 @@ class ThreadAccount:
         this thread from ``start`` to ``stop``; ``submitted`` 0 means it was handed
         over the moment the thread was free (a continuation)."""
         mark = self.mark
-        executor = 0.0
         if start > mark:
-            handed = submitted if submitted > mark else mark
-            if handed > start:
-                handed = start
-            executor = start - handed
-            if self.timeline.busy:
-                self.idle += handed - mark
-        if stop > mark:
+            if submitted > mark:  # handed over after the thread was free: idle till then
+                handed = submitted if submitted < start else start
+                if self.timeline.busy:
+                    self.idle += handed - mark
+                mark = handed
+            executor = start - mark
             self.mark = stop
-        # a new tuple rather than seven updates in place: quicker, and a reader sees
-        # the task whole or not at all
-        s0, s1, s2, s3, s4, s5, s6 = self.sums.get(group, _NO_TASKS)
-        self.sums[group] = (
-            s0 + cpu,
-            s1 + noncpu,
-            s2 + executor,
-            s3 + other,
-            s4 + 1,
-            s5 + nbytes,
-            s6 + deserialize,
-        )
+        else:  # the loop moved the mark meanwhile (ThreadTimeline.set_busy)
+            executor = 0.0
+            if stop > mark:
+                self.mark = stop
+        totals = self.sums.get(group)
+        if totals is None:
+            totals = self.sums[group] = GroupTotals()
+        # field by field, in place: no new objects for the garbage collector to count
+        totals.cpu += cpu
+        if noncpu:
+            totals.noncpu += noncpu
+        totals.executor += executor
+        totals.other += other
+        totals.count += 1
+        totals.nbytes += nbytes
+        if deserialize:
+            totals.deserialize += deserialize
 
     def add_extra(self, group: tuple, digests: list[tuple]) -> None:
         """What ``context_meter`` recorded in a task of ``group``: (label, value, unit)."""
@@ -260,7 +290,8 @@ class ThreadAccount:
         (call from one thread only: the loop)."""
         seen = self._seen
         # list() copies in one step under the GIL, even while the thread adds a group
-        for group, now in list(self.sums.items()):
+        for group, totals in list(self.sums.items()):
+            now = totals.values()
             before = seen.get(group, _NO_TASKS)
             seen[group] = now
             for (activity, unit), value, old in zip(TASK_FIELDS, now, before, strict=True):

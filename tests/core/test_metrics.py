@@ -218,8 +218,14 @@ def test_thread_account_read_mid_update_delays_and_never_doubles():
     look()  # caught after the second task's sums, before its metered seconds
     account.add_extra(G, [("I/O", 0.25, "seconds")])
     look()
-    assert total[("execute", *G, "thread-cpu", "seconds")] == 1.5
-    assert total[("execute", *G, "tasks", "count")] == 2
+    # caught between two fields of a group's totals (updated one by one, in place)
+    totals = account.sums[G]
+    totals.cpu += 0.25
+    look()
+    totals.count += 1
+    look()
+    assert total[("execute", *G, "thread-cpu", "seconds")] == 1.75
+    assert total[("execute", *G, "tasks", "count")] == 3
     assert total[("execute", *G, "output", "bytes")] == 40
     assert total[("execute", *G, "I/O", "seconds")] == 0.75
     assert total[("execute", None, None, "idle", "seconds")] == 1.0
