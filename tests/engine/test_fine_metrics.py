@@ -133,6 +133,66 @@ def test_short_sleeps_among_trivial_tasks_stay_noncpu():
     assert incs.get("thread-cpu", 0) + incs.get("thread-noncpu", 0) < 0.1 * slept
 
 
+def test_the_task_runner_partitions_its_threads_time_exactly():
+    """Every second between a thread's first and last task is a task's (its CPU,
+    waiting, executor hand-off, other) or idle, whichever path the runner takes:
+    tiny tasks of one group in a row (the short path), a change of group, a task
+    handed over after the thread was free (idle before it), one that sleeps, one
+    that meters, one that fails."""
+    import threading
+
+    from kernel_cluster.core.metrics import ThreadTimeline
+    from kernel_cluster.core.spec import Call, TaskSpec
+    from kernel_cluster.core.worker_messages import ExecuteFailed, ExecuteSucceeded
+    from kernel_cluster.engine.execute import TaskRunner
+
+    def metered(x):
+        with context_meter.meter("I/O"):
+            return x
+
+    def fails(x):
+        raise ValueError(x)
+
+    def nap(x):
+        time.sleep(0.002)
+        return x
+
+    def pick(i: int) -> tuple[str, object]:
+        for every, name, fn in [
+            (1000, "fails", fails),
+            (300, "metered", metered),
+            (250, "nap", nap),
+            (7, "other", inc),
+        ]:
+            if i % every == every - 1:
+                return name, fn
+        return "inc", inc
+
+    clock = time.perf_counter
+    timeline = ThreadTimeline(busy=True)
+    start = clock()
+    timeline.add_threads([threading.get_ident()], start)
+    account = timeline.accounts[threading.get_ident()]
+    runner = TaskRunner(account)
+    tasks: dict[str, int] = {}
+    for i in range(3000):
+        name, fn = pick(i)
+        submitted = clock() if i % 100 == 0 else 0.0  # now and then, handed over late
+        spec = TaskSpec(Call(fn, (i,)), frozenset())
+        ev = runner.run(f"{name}-{i}", spec, {}, submitted, (None, name))
+        assert isinstance(ev, ExecuteFailed if name == "fails" else ExecuteSucceeded)
+        tasks[name] = tasks.get(name, 0) + 1
+    end = account.mark
+    total: dict = {}
+    timeline.take(lambda key, value: total.__setitem__(key, total.get(key, 0) + value))
+    for name, n in tasks.items():
+        assert total[("execute", None, name, "tasks", "count")] == n
+    seconds = sum(v for k, v in total.items() if k[-1] == "seconds")
+    assert seconds == pytest.approx(end - start, rel=1e-9, abs=1e-9)
+    assert total[("execute", None, "metered", "I/O", "seconds")] > 0
+    assert min(total.values()) >= 0
+
+
 def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
     eclient.gather(eclient.map(python_loop, [1_500_000] * 4, pure=False))
     loop = execute(eclient, "python_loop")
