@@ -22,8 +22,8 @@ from .meter import context_meter
 # Frames from these files sit between the engine and the user's function; a
 # traceback shown to the user starts below them.
 _ENGINE_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(spec_module.__file__)})
-# A task shorter than this (wall seconds), ending less than _STALE_READING after the
-# thread's last CPU reading, is taken to have run on the CPU all along.
+# A task shorter than this (wall seconds) is taken to have run on the CPU all along;
+# a thread reads its CPU clock at least every _STALE_READING seconds while it works.
 _SHORT_TASK = 20e-6
 _STALE_READING = 1e-3
 _wall, _cpu = time.perf_counter, time.thread_time
@@ -109,11 +109,19 @@ class TaskRunner:
             return self._failed(key, exc, submitted, group, t_got, 0.0)
         w1 = _wall()
         took = w1 - t_got
-        if took < _SHORT_TASK and w1 - self.read_at < _STALE_READING and not self.digests:
+        if took < _SHORT_TASK and not self.digests:
             # A reading (a system call) costs more than a task this short, which had
-            # no time to wait for anything: its wall time is its CPU time. What that
-            # misses shows in the next reading, at most _STALE_READING later.
-            self.cpu_mark = c0 + took
+            # no time to wait for anything: its wall time is its CPU time.
+            if w1 - self.read_at < _STALE_READING:
+                self.cpu_mark = c0 + took
+            else:
+                # The mark then misses the CPU the thread used between tasks, which a
+                # later task's reading would take for its own: read now and then to
+                # keep that error under _STALE_READING. (In a busy process a reading
+                # costs several microseconds: this is done inline, not by _succeeded.)
+                self.cpu_mark = _cpu()
+                self.read_at = w1
+                self.to_time = time.time() - _wall()
             nbytes = sizeof(value)
             t_end = _wall()
             account = self.account

@@ -193,6 +193,58 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
     assert min(total.values()) >= 0
 
 
+def test_a_sleep_after_a_long_stream_of_tiny_tasks_is_still_noncpu(monkeypatch):
+    """Tiny tasks skip the CPU clock; the CPU the thread spends between them must not
+    pile up and be taken for the CPU time of the next task that reads the clock.
+
+    The runner's clocks are simulated: each reading of the wall clock takes 1 us of
+    CPU, a tiny task 2 us, the engine 10 us between tasks; a nap waits 20 ms.
+    """
+    import threading
+
+    from kernel_cluster.core.metrics import ThreadTimeline
+    from kernel_cluster.core.spec import Call, TaskSpec
+    from kernel_cluster.engine import execute
+
+    clock = {"wall": 0.0, "cpu": 0.0}
+
+    def run_for(seconds: float, on_cpu: bool = True) -> None:
+        clock["wall"] += seconds
+        if on_cpu:
+            clock["cpu"] += seconds
+
+    def wall() -> float:
+        run_for(1e-6)
+        return clock["wall"]
+
+    monkeypatch.setattr(execute, "_wall", wall)
+    monkeypatch.setattr(execute, "_cpu", lambda: clock["cpu"])
+
+    def tiny(x):
+        run_for(2e-6)
+        return x
+
+    def nap(x):
+        run_for(0.02, on_cpu=False)
+        return x
+
+    timeline = ThreadTimeline(busy=True)
+    timeline.add_threads([threading.get_ident()], 0.0)
+    runner = execute.TaskRunner(timeline.accounts[threading.get_ident()])
+    spec = TaskSpec(Call(tiny, (1,)), frozenset())
+    for i in range(10_000):  # 150 ms, of which 120 ms between the tasks
+        runner.run(f"tiny-{i}", spec, {}, 0.0, (None, "tiny"))
+        run_for(10e-6)
+    runner.run("nap-0", TaskSpec(Call(nap, (0,)), frozenset()), {}, 0.0, (None, "nap"))
+    total: dict = {}
+    timeline.take(lambda key, value: total.__setitem__(key, total.get(key, 0) + value))
+    cpu = total.get(("execute", None, "nap", "thread-cpu", "seconds"), 0.0)
+    noncpu = total[("execute", None, "nap", "thread-noncpu", "seconds")]
+    assert noncpu > 0.9 * 0.02, (cpu, noncpu)
+    tiny_cpu = total[("execute", None, "tiny", "thread-cpu", "seconds")]
+    assert tiny_cpu == pytest.approx(10_000 * 3e-6, rel=0.01)  # its own code and a reading
+
+
 def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
     eclient.gather(eclient.map(python_loop, [1_500_000] * 4, pure=False))
     loop = execute(eclient, "python_loop")
