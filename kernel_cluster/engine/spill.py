@@ -11,6 +11,8 @@ the metrics say what spilling cost and which context caused it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import pickle
 import shutil
@@ -28,6 +30,8 @@ from ..core.keys import Key
 from ..core.sizeof import sizeof
 from .meter import context_meter
 
+logger = logging.getLogger(__name__)
+
 
 class SpillBuffer(MutableMapping):
     """Thread-safe: task threads read their inputs while the loop stores results."""
@@ -44,6 +48,7 @@ class SpillBuffer(MutableMapping):
         self.slow_bytes = 0  # sizes in memory of the values on disk
         self.disk_bytes = 0  # compressed, on disk
         self._lock = threading.RLock()
+        self._write_failed = False  # warned once about a failed disk write
         self.storing: Key | None = None  # whose value is being stored (for attribution)
         # entered around a spill that storing a value causes where no metrics scope
         # listens (the worker storing a task's result): the worker charges that task
@@ -177,12 +182,28 @@ class SpillBuffer(MutableMapping):
             parts = [header, *(f.raw() for f in frames)]
             blob = [lz4.frame.compress(p) for p in parts]
         path = os.path.join(self.directory, uuid.uuid4().hex)
-        with context_meter.meter("disk-write"), open(path, "wb") as f:
-            f.write(len(blob).to_bytes(4, "little"))
-            for b in blob:
-                f.write(len(b).to_bytes(8, "little"))
-            for b in blob:
-                f.write(b)
+        try:
+            with context_meter.meter("disk-write"), open(path, "wb") as f:
+                f.write(len(blob).to_bytes(4, "little"))
+                for b in blob:
+                    f.write(len(b).to_bytes(8, "little"))
+                for b in blob:
+                    f.write(b)
+        except OSError as exc:
+            # A full disk or a spill directory removed under the worker: the value
+            # stays in memory, and the worker goes on (its memory limit will pause it).
+            # Raising would lose the other results being stored with this one.
+            if not self._write_failed:
+                logger.warning(
+                    "Could not spill to %s (%s); values stay in memory. Free some disk "
+                    "space, or set TMPDIR to a disk with room before starting the cluster.",
+                    self.directory,
+                    exc,
+                )
+            self._write_failed = True
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            return False
         written = 4 + 8 * len(blob) + sum(len(b) for b in blob)
         context_meter.record("disk-write", written, "bytes")
         context_meter.record("disk-write", 1, "count")

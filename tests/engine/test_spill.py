@@ -96,6 +96,24 @@ def test_unpicklable_values_stay_in_memory(buf):
     assert "lock" in buf.fast
 
 
+def test_a_failed_disk_write_keeps_values_in_memory_and_warns_once(buf, caplog):
+    """A full disk, or the spill directory removed under the worker: storing must not
+    raise (the worker stores a batch of results at once), and nothing is lost."""
+    import shutil
+
+    shutil.rmtree(buf.directory)
+    with caplog.at_level("WARNING", logger="kernel_cluster.engine.spill"):
+        for i in range(6):
+            buf[i] = arr(i)
+    assert not buf.slow and len(buf.fast) == 6
+    assert [np.array_equal(buf[i], arr(i)) for i in range(6)] == [True] * 6
+    warnings = [r for r in caplog.records if "Could not spill" in r.getMessage()]
+    assert len(warnings) == 1 and "TMPDIR" in warnings[0].getMessage()
+    os.makedirs(buf.directory)  # room again: spilling resumes
+    buf[6] = arr(6)
+    assert buf.slow
+
+
 def test_close_removes_the_directory(tmp_path):
     b = SpillBuffer(str(tmp_path / "spill"), target=MB)
     for i in range(3):
