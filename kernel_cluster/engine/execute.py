@@ -22,10 +22,12 @@ from .meter import context_meter
 # Frames from these files sit between the engine and the user's function; a
 # traceback shown to the user starts below them.
 _ENGINE_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(spec_module.__file__)})
-# A task shorter than this (wall seconds) is taken to have run on the CPU all along;
+# A task shorter than this (wall seconds) is taken to have run on the CPU all along,
+# and so is a gap between two tasks shorter than _SHORT_GAP (the engine's own steps);
 # a thread reads its CPU clock at least every _STALE_READING seconds while it works.
 _SHORT_TASK = 20e-6
-_STALE_READING = 1e-3
+_SHORT_GAP = 50e-6
+_STALE_READING = 10e-3
 _wall, _cpu = time.perf_counter, time.thread_time
 _evaluate = spec_module.evaluate
 
@@ -59,6 +61,7 @@ class TaskRunner:
         "cpu_mark",
         "digests",
         "frame",
+        "mark_at",
         "read_at",
         "thread",
         "to_time",
@@ -71,6 +74,7 @@ class TaskRunner:
         self.thread = threading.get_ident()
         self.cpu_mark = -1.0  # the thread's CPU time at the end of its last task
         self.read_at = 0.0  # when the CPU clock was last read (wall clock)
+        self.mark_at = 0.0  # when the thread's CPU clock was ``cpu_mark`` (wall clock)
         # time.time() - time.perf_counter(), brought up to date at each CPU reading
         self.to_time = time.time() - _wall()
         self.frame = MeterFrame()
@@ -100,6 +104,8 @@ class TaskRunner:
         c0 = self.cpu_mark
         if c0 < 0.0 or type(spec) is bytes or callable(data):
             return self._run_in_full(key, spec, data, submitted, group, t_got)
+        if t_got - self.mark_at < _SHORT_GAP:
+            c0 += t_got - self.mark_at  # the CPU clock now, without reading it
         # The common case, kept short: the task and its inputs in hand, and a CPU
         # reading to start from. The meter frame is zero between tasks (the paths
         # that meter reset it), and every meter also leaves a digest.
@@ -115,13 +121,13 @@ class TaskRunner:
             if w1 - self.read_at < _STALE_READING:
                 self.cpu_mark = c0 + took
             else:
-                # The mark then misses the CPU the thread used between tasks, which a
-                # later task's reading would take for its own: read now and then to
-                # keep that error under _STALE_READING. (In a busy process a reading
-                # costs several microseconds: this is done inline, not by _succeeded.)
+                # Gaps taken for CPU, or not, may have been otherwise: read now and then
+                # to keep the mark's error under _STALE_READING. (In a busy process a
+                # reading costs several microseconds: done inline, not by _succeeded.)
                 self.cpu_mark = _cpu()
                 self.read_at = w1
                 self.to_time = time.time() - _wall()
+            self.mark_at = w1
             nbytes = sizeof(value)
             t_end = _wall()
             account = self.account
@@ -175,15 +181,16 @@ class TaskRunner:
                 inputs = data
                 t_inputs = t_loaded
             inner_wall0 = frame.inner_wall  # metered before the task's own code
-            # At most one CPU reading per task: it starts where the previous task's left
-            # off, so the pool's few instructions between two tasks count as this one's
-            # (bounded by its wall time in _succeeded).
+            # At most one CPU reading per task: it starts from the mark the previous
+            # task left, moved on over a short gap since (see run()).
             c0 = self.cpu_mark
             if c0 < 0.0:  # this thread's first task, or the one after a failure
                 c0 = _cpu()
                 self.read_at = t_inputs
                 cpu_metered0 = frame.inner_cpu
             else:
+                if t_got - self.mark_at < _SHORT_GAP:
+                    c0 += t_got - self.mark_at
                 cpu_metered0 = 0.0  # c0 predates all of this task's meters
             value = _evaluate(spec.expr, inputs)
             w1 = _wall()
@@ -229,6 +236,7 @@ class TaskRunner:
             c1 = self.cpu_mark = _cpu()
             self.read_at = w1
             self.to_time = time.time() - _wall()
+        self.mark_at = w1
         nbytes = sizeof(value)
         t_end = _wall()
         deserialize = t_loaded - t_got
