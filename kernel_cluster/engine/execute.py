@@ -102,24 +102,30 @@ class TaskRunner:
         """
         t_got = _wall()
         c0 = self.cpu_mark
-        if c0 < 0.0 or type(spec) is bytes or callable(data):
+        if c0 < 0.0 or callable(data):
             return self._run_in_full(key, spec, data, submitted, group, t_got)
         if t_got - self.mark_at < _SHORT_GAP:
             c0 += t_got - self.mark_at  # the CPU clock now, without reading it
-        # The common case, kept short: the task and its inputs in hand, and a CPU
-        # reading to start from. The meter frame is zero between tasks (the paths
-        # that meter reset it), and every meter also leaves a digest.
+        # The common case, kept short: the inputs in hand, and a CPU reading to start
+        # from. The meter frame is zero between tasks (the paths that meter reset it),
+        # and every meter also leaves a digest.
+        t0 = t_got  # when the task's own code starts
         try:
+            if type(spec) is bytes:  # from another process: unpickling is not the task's
+                spec = load_task(key, spec)
+                t0 = _wall()
             value = _evaluate(spec.expr, data)
         except BaseException as exc:
-            return self._failed(key, exc, submitted, group, t_got, 0.0)
+            self.frame.inner_wall += t0 - t_got
+            return self._failed(key, exc, submitted, group, t_got, t0 - t_got)
         w1 = _wall()
-        took = w1 - t_got
+        took = w1 - t0
         if took < _SHORT_TASK and not self.digests:
             # A reading (a system call) costs more than a task this short, which had
-            # no time to wait for anything: its wall time is its CPU time.
+            # no time to wait for anything: its wall time is its CPU time (and so is
+            # unpickling's).
             if w1 - self.read_at < _STALE_READING:
-                self.cpu_mark = c0 + took
+                self.cpu_mark = c0 + (w1 - t_got)
             else:
                 # Gaps taken for CPU, or not, may have been otherwise: read now and then
                 # to keep the mark's error under _STALE_READING. (In a busy process a
@@ -143,20 +149,29 @@ class TaskRunner:
                 totals.other += t_end - w1
                 totals.count += 1
                 totals.nbytes += nbytes
+                if t0 != t_got:
+                    totals.deserialize += t0 - t_got
             else:
-                account.add(group, submitted, t_got, t_end, took, 0.0, t_end - w1, 0.0, nbytes)
+                account.add(
+                    group, submitted, t_got, t_end, took, 0.0, t_end - w1, t0 - t_got, nbytes
+                )
                 self._group = group
                 self._totals = account.sums[group]
             anchor = t_got + self.to_time
+            startstops = [("compute", anchor + (t0 - t_got), anchor + (w1 - t_got))]
+            if t0 != t_got:
+                startstops.append(("deserialize", anchor, anchor + (t0 - t_got)))
             return ExecuteSucceeded(
-                key,
-                value,
-                nbytes,
-                type(value).__qualname__,
-                [("compute", anchor, anchor + took)],
-                self.thread,
+                key, value, nbytes, type(value).__qualname__, startstops, self.thread
             )
-        return self._succeeded(key, value, submitted, group, t_got, t_got, t_got, 0.0, c0, 0.0, w1)
+        # a longer task: the full account, unpickling metered as _run_in_full does
+        deserialize = t0 - t_got
+        if deserialize:
+            self.frame.inner_wall += deserialize
+            self.frame.inner_cpu += deserialize
+        return self._succeeded(
+            key, value, submitted, group, t_got, t0, t0, deserialize, c0, 0.0, w1
+        )
 
     def _run_in_full(
         self, key: Key, spec: Any, data: Any, submitted: float, group: tuple, t_got: float

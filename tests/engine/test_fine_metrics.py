@@ -138,8 +138,10 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
     waiting, executor hand-off, other) or idle, whichever path the runner takes:
     tiny tasks of one group in a row (the short path), a change of group, a task
     handed over after the thread was free (idle before it), one that sleeps, one
-    that meters, one that fails."""
+    that meters, one that fails; some of them pickled, as from another process."""
     import threading
+
+    import cloudpickle
 
     from kernel_cluster.core.metrics import ThreadTimeline
     from kernel_cluster.core.spec import Call, TaskSpec
@@ -179,6 +181,8 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
         name, fn = pick(i)
         submitted = clock() if i % 100 == 0 else 0.0  # now and then, handed over late
         spec = TaskSpec(Call(fn, (i,)), frozenset())
+        if i % 5 == 0:  # as it comes from another process: unpickled on the task thread
+            spec = cloudpickle.dumps(spec)
         ev = runner.run(f"{name}-{i}", spec, {}, submitted, (None, name))
         assert isinstance(ev, ExecuteFailed if name == "fails" else ExecuteSucceeded)
         tasks[name] = tasks.get(name, 0) + 1
@@ -190,6 +194,7 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
     seconds = sum(v for k, v in total.items() if k[-1] == "seconds")
     assert seconds == pytest.approx(end - start, rel=1e-9, abs=1e-9)
     assert total[("execute", None, "metered", "I/O", "seconds")] > 0
+    assert total[("execute", None, "inc", "deserialize", "seconds")] > 0
     assert min(total.values()) >= 0
 
 
