@@ -158,9 +158,13 @@ class TaskRunner:
                 self._group = group
                 self._totals = account.sums[group]
             anchor = t_got + self.to_time
-            startstops = [("compute", anchor + (t0 - t_got), anchor + (w1 - t_got))]
-            if t0 != t_got:
-                startstops.append(("deserialize", anchor, anchor + (t0 - t_got)))
+            if t0 == t_got:
+                startstops = [("compute", anchor, anchor + took)]
+            else:
+                startstops = [
+                    ("compute", anchor + (t0 - t_got), anchor + (w1 - t_got)),
+                    ("deserialize", anchor, anchor + (t0 - t_got)),
+                ]
             return ExecuteSucceeded(
                 key, value, nbytes, type(value).__qualname__, startstops, self.thread
             )
