@@ -42,10 +42,9 @@ class TaskRunner:
     How a run's time is spent, summed here on the task thread so that the worker's
     loop does nothing per task for metrics:
 
-    - ``thread-cpu``: the thread's CPU time inside the task's own code (and the few
-      instructions since the thread's previous task, within the task's wall time);
-      a task of a few microseconds counts its wall time, as reading the CPU clock
-      would cost more than the task;
+    - ``thread-cpu``: the thread's CPU time inside the task's own code; a task of a
+      few microseconds counts its wall time, as reading the CPU clock would cost
+      more than the task (the clock is then estimated, see ``run``);
     - ``thread-noncpu``: its wall time there minus CPU time (I/O, sleeping, waiting
       for the GIL);
     - whatever ``context_meter`` recorded meanwhile (user labels such as "I/O", and
@@ -72,7 +71,7 @@ class TaskRunner:
         self._group: tuple | None = None  # the group of the last task (see run)
         self._totals: GroupTotals | None = None  # and its totals in the account
         self.thread = threading.get_ident()
-        self.cpu_mark = -1.0  # the thread's CPU time at the end of its last task
+        self.cpu_mark = -1.0  # the thread's CPU time (read or estimated) at mark_at
         self.read_at = 0.0  # when the CPU clock was last read (wall clock)
         self.mark_at = 0.0  # when the thread's CPU clock was ``cpu_mark`` (wall clock)
         # time.time() - time.perf_counter(), brought up to date at each CPU reading
@@ -128,11 +127,8 @@ class TaskRunner:
                 self.cpu_mark = c0 + (w1 - t_got)
             else:
                 # Gaps taken for CPU, or not, may have been otherwise: read now and then
-                # to keep the mark's error under _STALE_READING. (In a busy process a
-                # reading costs several microseconds: done inline, not by _succeeded.)
-                self.cpu_mark = _cpu()
-                self.read_at = w1
-                self.to_time = time.time() - _wall()
+                # to keep the mark's error under _STALE_READING.
+                self._read_cpu(w1)
             self.mark_at = w1
             nbytes = sizeof(value)
             t_end = _wall()
@@ -176,6 +172,13 @@ class TaskRunner:
         return self._succeeded(
             key, value, submitted, group, t_got, t0, t0, deserialize, c0, 0.0, w1
         )
+
+    def _read_cpu(self, now: float) -> float:
+        """Read the thread's CPU clock (a system call) as of ``now`` (wall clock)."""
+        cpu = self.cpu_mark = _cpu()
+        self.read_at = now
+        self.to_time = time.time() - _wall()
+        return cpu
 
     def _run_in_full(
         self, key: Key, spec: Any, data: Any, submitted: float, group: tuple, t_got: float
@@ -252,9 +255,7 @@ class TaskRunner:
         if w1 - w0 < _SHORT_TASK and w1 - self.read_at < _STALE_READING:
             c1 = self.cpu_mark = c0 + (w1 - w0)  # see run()
         else:
-            c1 = self.cpu_mark = _cpu()
-            self.read_at = w1
-            self.to_time = time.time() - _wall()
+            c1 = self._read_cpu(w1)
         self.mark_at = w1
         nbytes = sizeof(value)
         t_end = _wall()

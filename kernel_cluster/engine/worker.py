@@ -79,7 +79,6 @@ def _exact(value: Any) -> Any:
     return _Exact(value) if type(value) in (list, tuple, dict) else value
 
 
-# per (span, prefix) running sums, expanded into metric keys at each heartbeat
 def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
     return {k: data[k] for k in keys}
 
