@@ -37,31 +37,37 @@ class TaskRunner:
 
     It holds the thread's ``account`` (where the metrics are summed), its
     ``context_meter`` listener (installed for good: a trivial task's whole cost is a
-    few microseconds) and where the thread's CPU clock was last read.
+    few microseconds) and an estimate of the thread's CPU clock.
 
     How a run's time is spent, summed here on the task thread so that the worker's
     loop does nothing per task for metrics:
 
     - ``thread-cpu``: the thread's CPU time inside the task's own code; a task of a
       few microseconds counts its wall time, as reading the CPU clock would cost
-      more than the task (the clock is then estimated, see ``run``);
+      more than the task;
     - ``thread-noncpu``: its wall time there minus CPU time (I/O, sleeping, waiting
       for the GIL);
     - whatever ``context_meter`` recorded meanwhile (user labels such as "I/O", and
       the engine's own: "deserialize", "disk-read", ...), taken out of the two above;
     - ``other``: the rest of the run (unpacking inputs, measuring the result);
     - ``executor``: from ``submitted`` (handed to the pool) until it started.
+
+    The CPU clock is a system call, read only after a task that was not short, or
+    once every ``_STALE_READING``. In between it is estimated as the wall clock plus
+    ``cpu_offset``: the thread is taken to be on the CPU, except in a gap of at least
+    ``_SHORT_GAP`` between two tasks (it slept, or waited for the GIL), which moves
+    the offset back by the gap. What that gets wrong lasts until the next reading.
     """
 
     __slots__ = (
         "_group",
         "_totals",
         "account",
-        "cpu_mark",
+        "cpu_offset",
         "digests",
         "frame",
         "mark_at",
-        "read_at",
+        "read_by",
         "thread",
         "to_time",
     )
@@ -71,11 +77,11 @@ class TaskRunner:
         self._group: tuple | None = None  # the group of the last task (see run)
         self._totals: GroupTotals | None = None  # and its totals in the account
         self.thread = threading.get_ident()
-        self.cpu_mark = -1.0  # the thread's CPU time (read or estimated) at mark_at
-        self.read_at = 0.0  # when the CPU clock was last read (wall clock)
-        self.mark_at = 0.0  # when the thread's CPU clock was ``cpu_mark`` (wall clock)
-        # time.time() - time.perf_counter(), brought up to date at each CPU reading
-        self.to_time = time.time() - _wall()
+        self.cpu_offset = 0.0  # the thread's CPU clock minus the wall clock (see above)
+        self.read_by = 0.0  # when the CPU clock is to be read again, at the latest
+        self.to_time = 0.0  # time.time() - time.perf_counter(), kept up to date
+        self.mark_at = _wall()  # when the last task's code ended (wall clock)
+        self._read_cpu(self.mark_at)
         self.frame = MeterFrame()
         # what context_meter recorded in the running task; emptied once accounted
         self.digests: list[tuple] = []
@@ -85,9 +91,17 @@ class TaskRunner:
         )
 
     def forget_cpu_mark(self) -> None:
-        """Read the CPU clock afresh at the next task: after a time with metrics off,
-        the CPU used since the thread's last metered task is not that task's."""
-        self.cpu_mark = -1.0
+        """After a time with metrics off, whose tasks kept no estimate: read the
+        thread's CPU clock afresh (callable from any thread)."""
+        now = _wall()
+        try:
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(self.thread))
+        except (AttributeError, OSError):  # no such clock here: read at the next task
+            self.read_by = -1.0
+            return
+        self.cpu_offset = cpu - now
+        self.mark_at = now
+        self.read_by = now + _STALE_READING
 
     def run(
         self, key: Key, spec: Any, data: Any, submitted: float, group: tuple
@@ -100,14 +114,14 @@ class TaskRunner:
         prefix).
         """
         t_got = _wall()
-        c0 = self.cpu_mark
-        if c0 < 0.0 or callable(data):
+        gap = t_got - self.mark_at
+        if gap >= _SHORT_GAP:  # the thread waited: its CPU clock stood still
+            self.cpu_offset -= gap
+        if callable(data):
             return self._run_in_full(key, spec, data, submitted, group, t_got)
-        if t_got - self.mark_at < _SHORT_GAP:
-            c0 += t_got - self.mark_at  # the CPU clock now, without reading it
-        # The common case, kept short: the inputs in hand, and a CPU reading to start
-        # from. The meter frame is zero between tasks (the paths that meter reset it),
-        # and every meter also leaves a digest.
+        # The common case, kept short: the inputs in hand. The meter frame is zero
+        # between tasks (the paths that meter reset it), and every meter also leaves
+        # a digest.
         t0 = t_got  # when the task's own code starts
         try:
             if type(spec) is bytes:  # from another process: unpickling is not the task's
@@ -116,20 +130,16 @@ class TaskRunner:
             value = _evaluate(spec.expr, data)
         except BaseException as exc:
             self.frame.inner_wall += t0 - t_got
+            self.frame.inner_cpu += t0 - t_got
             return self._failed(key, exc, submitted, group, t_got, t0 - t_got)
-        w1 = _wall()
+        w1 = self.mark_at = _wall()
         took = w1 - t0
         if took < _SHORT_TASK and not self.digests:
             # A reading (a system call) costs more than a task this short, which had
             # no time to wait for anything: its wall time is its CPU time (and so is
-            # unpickling's).
-            if w1 - self.read_at < _STALE_READING:
-                self.cpu_mark = c0 + (w1 - t_got)
-            else:
-                # Gaps taken for CPU, or not, may have been otherwise: read now and then
-                # to keep the mark's error under _STALE_READING.
+            # unpickling's). Now and then, read anyway, to correct the estimate.
+            if w1 > self.read_by:
                 self._read_cpu(w1)
-            self.mark_at = w1
             nbytes = sizeof(value)
             t_end = _wall()
             account = self.account
@@ -169,14 +179,13 @@ class TaskRunner:
         if deserialize:
             self.frame.inner_wall += deserialize
             self.frame.inner_cpu += deserialize
-        return self._succeeded(
-            key, value, submitted, group, t_got, t0, t0, deserialize, c0, 0.0, w1
-        )
+        return self._succeeded(key, value, submitted, group, t_got, t0, t0, deserialize, w1)
 
     def _read_cpu(self, now: float) -> float:
         """Read the thread's CPU clock (a system call) as of ``now`` (wall clock)."""
-        cpu = self.cpu_mark = _cpu()
-        self.read_at = now
+        cpu = _cpu()
+        self.cpu_offset = cpu - now
+        self.read_by = now + _STALE_READING
         self.to_time = time.time() - _wall()
         return cpu
 
@@ -203,34 +212,24 @@ class TaskRunner:
                 inputs = data
                 t_inputs = t_loaded
             inner_wall0 = frame.inner_wall  # metered before the task's own code
-            # At most one CPU reading per task: it starts from the mark the previous
-            # task left, moved on over a short gap since (see run()).
-            c0 = self.cpu_mark
-            if c0 < 0.0:  # this thread's first task, or the one after a failure
-                c0 = _cpu()
-                self.read_at = t_inputs
-                cpu_metered0 = frame.inner_cpu
-            else:
-                if t_got - self.mark_at < _SHORT_GAP:
-                    c0 += t_got - self.mark_at
-                cpu_metered0 = 0.0  # c0 predates all of this task's meters
             value = _evaluate(spec.expr, inputs)
-            w1 = _wall()
+            w1 = self.mark_at = _wall()
         except BaseException as exc:
             return self._failed(key, exc, submitted, group, t_got, deserialize)
         return self._succeeded(
-            key,
-            value,
-            submitted,
-            group,
-            t_got,
-            t_loaded,
-            t_inputs,
-            inner_wall0,
-            c0,
-            cpu_metered0,
-            w1,
+            key, value, submitted, group, t_got, t_loaded, t_inputs, inner_wall0, w1
         )
+
+    def _task_cpu(self, t_got: float, w1: float, task_wall: float) -> float:
+        """The CPU time of a task's own code (``task_wall`` seconds of wall time, bar
+        meters) in a run from ``t_got`` to ``w1``: with the CPU clock read at ``w1``
+        unless the run was short; the meters' CPU is left out."""
+        if w1 - t_got < _SHORT_TASK and w1 <= self.read_by:
+            return task_wall
+        c0 = t_got + self.cpu_offset  # the estimate as of the start
+        c1 = self._read_cpu(w1)
+        cpu = (c1 - c0) - self.frame.inner_cpu
+        return task_wall if cpu > task_wall else cpu if cpu > 0.0 else 0.0
 
     def _succeeded(
         self,
@@ -242,31 +241,19 @@ class TaskRunner:
         t_loaded: float,
         t_inputs: float,
         inner_wall0: float,
-        c0: float,
-        cpu_metered0: float,
         w1: float,
     ) -> ExecuteSucceeded:
         """Account a run that returned ``value``: its task code ran from ``t_inputs``
         to ``w1``, after unpickling until ``t_loaded`` and reading inputs; meters had
-        taken ``inner_wall0`` seconds before the task code and ``cpu_metered0`` of the
-        CPU since ``c0``."""
+        taken ``inner_wall0`` seconds before the task code."""
         frame = self.frame
         w0 = t_inputs
-        if w1 - w0 < _SHORT_TASK and w1 - self.read_at < _STALE_READING:
-            c1 = self.cpu_mark = c0 + (w1 - w0)  # see run()
-        else:
-            c1 = self._read_cpu(w1)
-        self.mark_at = w1
+        task_wall = (w1 - w0) - (frame.inner_wall - inner_wall0)
+        if task_wall < 0.0:
+            task_wall = 0.0
+        thread_cpu = self._task_cpu(t_got, w1, task_wall)
         nbytes = sizeof(value)
         t_end = _wall()
-        deserialize = t_loaded - t_got
-        task_wall = (w1 - w0) - (frame.inner_wall - inner_wall0)
-        thread_cpu = (c1 - c0) - (frame.inner_cpu - cpu_metered0)
-        if thread_cpu > task_wall:
-            thread_cpu = task_wall
-        elif thread_cpu < 0.0:
-            thread_cpu = 0.0
-        thread_noncpu = task_wall - thread_cpu
         other = (t_end - t_got) - (w1 - w0) - inner_wall0
         self.account.add(
             group,
@@ -274,9 +261,9 @@ class TaskRunner:
             t_got,
             t_end,
             thread_cpu,
-            thread_noncpu if thread_noncpu > 0.0 else 0.0,
+            task_wall - thread_cpu,
             other if other > 0.0 else 0.0,
-            deserialize,
+            t_loaded - t_got,
             nbytes,
         )
         anchor = t_got + self.to_time  # the scheduler's kind of clock, for the task stream
@@ -305,17 +292,27 @@ class TaskRunner:
         t_got: float,
         deserialize: float,
     ) -> ExecuteFailed:
-        """Account a run that raised: until then all of it is noncpu, bar what meters
-        took; formatting the traceback after is other."""
-        w1 = _wall()
-        self.cpu_mark = -1.0
+        """Account a run that raised: its CPU time as for one that returned (the clock
+        read at the failure); formatting the traceback after is other."""
+        w1 = self.mark_at = _wall()
+        task_wall = w1 - t_got - self.frame.inner_wall
+        if task_wall < 0.0:
+            task_wall = 0.0
+        thread_cpu = self._task_cpu(t_got, w1, task_wall)
         tb = user_traceback(exc.__traceback__)
         text = "".join(tb_module.format_exception(type(exc), exc, tb))
         exc.__traceback__ = tb
-        noncpu = w1 - t_got - self.frame.inner_wall
         stop = _wall()
         self.account.add(
-            group, submitted, t_got, stop, 0.0, max(0.0, noncpu), stop - w1, deserialize, 0
+            group,
+            submitted,
+            t_got,
+            stop,
+            thread_cpu,
+            task_wall - thread_cpu,
+            stop - w1,
+            deserialize,
+            0,
         )
         if self.digests:
             self.account.add_extra(group, self.digests)

@@ -184,10 +184,11 @@ class Worker:
         afresh, so the time spent with metrics off is nobody's. The overhead benchmark
         compares the same workers both ways.
         """
+        if on:  # before the first metered task can start
+            self.timeline.restart(time.perf_counter(), self.pool.running)
+            for runner in list(self._runners.values()):
+                runner.forget_cpu_mark()
         self._use_fine_metrics(on)
-        self.timeline.restart(time.perf_counter(), self.pool.running)
-        for runner in list(self._runners.values()):
-            runner.forget_cpu_mark()
 
     def _use_fine_metrics(self, on: bool) -> None:
         self.fine_metrics = on

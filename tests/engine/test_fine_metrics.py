@@ -109,6 +109,32 @@ def test_sleeping_tasks_are_mostly_thread_noncpu(mclient):
         assert "deserialize" not in m
 
 
+def fails_after_sleeping(x):
+    time.sleep(0.1)
+    raise ValueError(x)
+
+
+def fails_after_working(n):
+    python_loop(n)
+    raise ValueError(n)
+
+
+def test_failed_tasks_split_their_time_into_cpu_and_noncpu(mclient):
+    """A task that fails still spent its time on something: the CPU clock is read at
+    the failure, so a crash after heavy computing is not reported as waiting."""
+    sleeping = mclient.map(fails_after_sleeping, range(2))
+    wait(sleeping)
+    working = mclient.submit(fails_after_working, 1_000_000)
+    wait([working])
+    assert all(f.status == "error" for f in [*sleeping, working])
+    slept = execute(mclient, "fails_after_sleeping")
+    worked = execute(mclient, "fails_after_working")
+    assert slept["thread-noncpu"] > 0.15
+    assert slept.get("thread-cpu", 0) < 0.02
+    assert worked["thread-cpu"] > 0.8 * (worked["thread-cpu"] + worked.get("thread-noncpu", 0))
+    assert execute(mclient, "fails_after_sleeping", "count")["tasks"] == 2
+
+
 def nap(x):
     time.sleep(0.002)
     return x
