@@ -69,12 +69,15 @@ def median_interval(values: list[float], level: float = 0.9) -> tuple[float, flo
     return medians[int(tail * len(medians))], medians[int((1 - tail) * len(medians)) - 1]
 
 
-def one_cluster_per_mode() -> Iterator[tuple[str, Any]]:
+def one_cluster_per_mode(
+    modes: tuple[str, ...] = ("embedded", "processes"),
+) -> Iterator[tuple[str, Any]]:
     """("embedded", client) then ("processes", client): one cluster each, two worker
     threads in all, closed when the caller moves on."""
     from kernel_cluster import Client, KernelCluster
 
-    for mode, processes in [("embedded", False), ("processes", True)]:
+    for mode in modes:
+        processes = mode == "processes"
         cluster = KernelCluster(
             n_workers=2 if processes else 1,
             threads_per_worker=1 if processes else 2,
