@@ -90,7 +90,7 @@ class TaskRunner:
             lambda label, value, unit: append((label, value, unit)), self.frame
         )
 
-    def forget_cpu_mark(self) -> None:
+    def reread_cpu_clock(self) -> None:
         """After a time with metrics off, whose tasks kept no estimate: read the
         thread's CPU clock afresh (callable from any thread)."""
         now = _wall()
@@ -129,8 +129,7 @@ class TaskRunner:
                 t0 = _wall()
             value = _evaluate(spec.expr, data)
         except BaseException as exc:
-            self.frame.inner_wall += t0 - t_got
-            self.frame.inner_cpu += t0 - t_got
+            self._unpickled(t0 - t_got)
             return self._failed(key, exc, submitted, group, t_got, t0 - t_got)
         w1 = self.mark_at = _wall()
         took = w1 - t0
@@ -177,9 +176,15 @@ class TaskRunner:
         # a longer task: the full account, unpickling metered as _run_in_full does
         deserialize = t0 - t_got
         if deserialize:
-            self.frame.inner_wall += deserialize
-            self.frame.inner_cpu += deserialize
+            self._unpickled(deserialize)
         return self._succeeded(key, value, submitted, group, t_got, t0, t0, deserialize, w1)
+
+    def _unpickled(self, seconds: float) -> None:
+        """Unpickling the task took ``seconds``: CPU work, timed by the wall clock alone
+        (no reading), kept out of the task's own time as a meter's would be."""
+        frame = self.frame
+        frame.inner_wall += seconds
+        frame.inner_cpu += seconds
 
     def _read_cpu(self, now: float) -> float:
         """Read the thread's CPU clock (a system call) as of ``now`` (wall clock)."""
@@ -197,12 +202,10 @@ class TaskRunner:
         deserialize = 0.0
         try:
             if type(spec) is bytes:
-                # unpickling is CPU work: timed by wall clock alone, it costs no reading
                 spec = load_task(key, spec)
                 t_loaded = _wall()
                 deserialize = t_loaded - t_got
-                frame.inner_wall += deserialize
-                frame.inner_cpu += deserialize
+                self._unpickled(deserialize)
             else:
                 t_loaded = t_got
             if callable(data):  # inputs that may have to come back from disk

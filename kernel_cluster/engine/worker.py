@@ -187,7 +187,7 @@ class Worker:
         if on:  # before the first metered task can start
             self.timeline.restart(time.perf_counter(), self.pool.running)
             for runner in list(self._runners.values()):
-                runner.forget_cpu_mark()
+                runner.reread_cpu_clock()
         self._use_fine_metrics(on)
 
     def _use_fine_metrics(self, on: bool) -> None:
