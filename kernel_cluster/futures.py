@@ -35,6 +35,19 @@ class CancelledError(concurrent.futures.CancelledError):
         return (CancelledError, (self.key,))
 
 
+def check_timeout(timeout: Any) -> None:
+    """A timeout is None (wait for ever) or a number of seconds, not negative."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(
+            f"timeout={timeout!r} ({type(timeout).__name__}): give a number of seconds, "
+            "e.g. timeout=10, or None to wait until the future is done."
+        )
+    if not timeout >= 0:  # negative or NaN
+        raise ValueError(f"timeout={timeout!r}: give a number of seconds >= 0, or None.")
+
+
 class FutureState:
     __slots__ = ("callbacks", "event", "exception", "seq", "status", "traceback")
 
@@ -160,6 +173,7 @@ def wait(
     futures = [fs] if isinstance(fs, Future) else list(fs)
     if return_when not in ("ALL_COMPLETED", "FIRST_COMPLETED"):
         raise ValueError(f"return_when={return_when!r}: use 'ALL_COMPLETED' or 'FIRST_COMPLETED'.")
+    check_timeout(timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
     if return_when == "ALL_COMPLETED":
         for f in futures:
@@ -198,6 +212,7 @@ class as_completed:
         return self._pending == 0
 
     def iter(self, timeout: float | None = None) -> Iterator:
+        check_timeout(timeout)
         while True:
             with self._lock:
                 if self._pending == 0:

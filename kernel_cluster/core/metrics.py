@@ -147,6 +147,10 @@ class _Scope:
         m._callbacks.reset(self._tokens[0])
 
 
+# units whose totals mean a duration or a size: a negative digest would corrupt them
+NON_NEGATIVE_UNITS = frozenset({"seconds", "bytes"})
+
+
 def check_metric(label: Any, value: Any, unit: Any) -> None:
     """Bad input gets a clear error where it happens, not a corrupt total later."""
     try:
@@ -165,6 +169,11 @@ def check_metric(label: Any, value: Any, unit: Any) -> None:
         raise ValueError(f"Metric {label!r} got {value!r}; values must be finite numbers.")
     if not isinstance(unit, str) or not unit:
         raise TypeError(f"Metric {label!r} needs a unit such as 'seconds' or 'bytes'.")
+    if value < 0 and unit in NON_NEGATIVE_UNITS:
+        raise ValueError(
+            f"Metric {label!r} got {value!r} {unit}; a duration or a size cannot be negative "
+            "(check the subtraction that computed it)."
+        )
 
 
 # -- a task thread's time -----------------------------------------------------------------

@@ -68,6 +68,7 @@ class performance_report:
         self.html: str | None = None
 
     def __enter__(self) -> performance_report:
+        check_writable(self.filename)  # before the work runs, not after it
         if self.client is None:
             self.source = default_source()
         else:
@@ -206,6 +207,29 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def check_writable(path: Path) -> None:
+    """Fail now if ``path`` cannot be written, naming it and what to do."""
+    where = f"performance_report cannot write {str(path)!r}"
+    if path.is_dir():
+        raise IsADirectoryError(f"{where}: it is a directory; give a file such as 'report.html'.")
+    parent = path.parent
+    if not parent.is_dir():
+        raise FileNotFoundError(
+            f"{where}: the directory {str(parent)!r} does not exist; create it first or "
+            "choose another filename."
+        )
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise type(exc)(
+            exc.errno, f"{where}: {exc.strerror}; choose a file in a directory you can write to."
+        ) from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def _block_source(filename: str, lineno: int) -> str:
