@@ -677,6 +677,13 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def __reduce__(self):
+        raise TypeError(
+            f"{self.id} cannot be pickled: a task in a worker process cannot use the client "
+            "that submitted it. Pass the values it needs (or futures, which arrive as values) "
+            "as arguments to submit() instead."
+        )
+
     def __repr__(self) -> str:
         info = self.cluster
         return f"<Client {self.id} {self.status}, cluster={info!r}>"
