@@ -33,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..core.spans import FOLDED_ID, is_default_span_id
 from .feeds import MetricsFeed, RecordsFeed, progress_records, span_records
 from .memory_sampler import Periodic
 from .profile_feed import read_static_profiles
@@ -191,6 +192,13 @@ def _try(fn: Any) -> Any:
 
 
 def _subtract(after: dict[tuple, float], before: dict[tuple, float]) -> dict[tuple, float]:
+    if any(k not in after for k in before):  # default spans folded meanwhile (core.spans)
+        refolded: dict[tuple, float] = {}
+        for k, v in before.items():
+            if k not in after and len(k) == 5 and is_default_span_id(k[1]):
+                k = (k[0], FOLDED_ID, k[2], k[3], k[4])
+            refolded[k] = refolded.get(k, 0) + v
+        before = refolded
     out = {}
     for k, v in after.items():
         d = v - before.get(k, 0)
