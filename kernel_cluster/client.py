@@ -44,7 +44,15 @@ from .engine.cluster import KernelCluster
 from .engine.comm import SerializationError
 from .engine.execute import unpack_exception
 from .engine.plugins import check_plugin
-from .futures import FAILED, CancelledError, Future, FutureState, Latch, check_timeout
+from .futures import (
+    FAILED,
+    CancelledError,
+    Future,
+    FutureState,
+    Latch,
+    _cancelled,
+    check_timeout,
+)
 from .tokenize import funcname, function_token, tokenize
 
 _default_cluster: KernelCluster | None = None
@@ -419,7 +427,7 @@ class Client:
                     assert st.exception is not None
                     raise st.exception.with_traceback(st.traceback)
                 if st.status == "cancelled":
-                    raise CancelledError(k)
+                    raise _cancelled(st, k)
             data = self._gather_keys(wanted)
         finally:
             del states
@@ -454,7 +462,7 @@ class Client:
             if st.status == "error":
                 assert st.exception is not None
                 raise st.exception.with_traceback(st.traceback)
-            raise CancelledError(key)
+            raise _cancelled(st, key)
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
         return _rebuild(futures, data)
 
@@ -660,9 +668,13 @@ class Client:
         callbacks: list = []
         with self._lock:
             self.status = "closed"
+            reason = (
+                f"{self.id} was closed before it finished; keep the client open until "
+                "you have gathered the results you need"
+            )
             for key, st in self._states.items():
                 if not st.done():
-                    callbacks.extend(_mark_cancelled(st, key))
+                    callbacks.extend(_mark_cancelled(st, key, reason))
         for cb in callbacks:
             _run_callback(cb)
         if _current_client is self:
@@ -836,10 +848,12 @@ def _rebuild(obj: Any, data: dict) -> Any:
     return obj
 
 
-def _mark_cancelled(st: FutureState, key: Key) -> list[Callable[[], None]]:
+def _mark_cancelled(
+    st: FutureState, key: Key, reason: str | None = None
+) -> list[Callable[[], None]]:
     """Finish ``st`` as cancelled (client lock held); returns the callbacks to run."""
     st.status = "cancelled"
-    st.exception = CancelledError(key)
+    st.exception = CancelledError(key, reason)
     st.traceback = None
     if st.event is not None:
         st.event.set()

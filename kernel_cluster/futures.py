@@ -27,12 +27,19 @@ FAILED = frozenset({"error", "cancelled"})
 class CancelledError(concurrent.futures.CancelledError):
     """The future was cancelled, or its client closed, before a result existed."""
 
-    def __init__(self, key: Key):
+    def __init__(self, key: Key, reason: str | None = None):
         self.key = key
-        super().__init__(f"Future {key!r} was cancelled.")
+        self.reason = reason
+        super().__init__(f"Future {key!r} was cancelled" + (f": {reason}" if reason else "."))
 
     def __reduce__(self):
-        return (CancelledError, (self.key,))
+        return (CancelledError, (self.key, self.reason))
+
+
+def _cancelled(state: FutureState, key: Key) -> CancelledError:
+    """The error to raise for a cancelled future: the one that says why, if known."""
+    exc = state.exception
+    return exc if isinstance(exc, CancelledError) else CancelledError(key)
 
 
 def check_timeout(timeout: Any) -> None:
@@ -121,7 +128,7 @@ class Future:
                 assert exc is not None
                 raise exc.with_traceback(self._state.traceback)
             if status == "cancelled":
-                raise CancelledError(self.key)
+                raise _cancelled(self._state, self.key)
             return self.client._gather_keys([self.key])[self.key]
         finally:
             # A raised task error keeps this frame in its traceback, and the error object
@@ -132,7 +139,7 @@ class Future:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self.client._wait_for(self._state, self.key, timeout)
         if self._state.status == "cancelled":
-            raise CancelledError(self.key)
+            raise _cancelled(self._state, self.key)
         return self._state.exception
 
     def traceback(self, timeout: float | None = None) -> Any:

@@ -37,6 +37,20 @@ def test_result_after_the_client_closed(cluster):
         still_works(c2)
 
 
+def test_a_pending_future_of_a_closed_client_says_why_it_was_cancelled(cluster, new_event):
+    from kernel_cluster import CancelledError
+
+    c = Client(cluster)
+    event = new_event()
+    f = c.submit(event.wait, 10)
+    c.close()
+    event.set()
+    with pytest.raises(CancelledError, match=r"was cancelled: Client-\w+ was closed before"):
+        f.result(timeout=10)
+    with Client(cluster) as c2:
+        still_works(c2)
+
+
 class Counting(SchedulerPlugin):
     def __init__(self) -> None:
         self.started = 0

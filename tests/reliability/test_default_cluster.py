@@ -51,3 +51,37 @@ def test_a_cluster_you_made_is_not_closed_by_its_clients(cluster):
     with Client(cluster) as c:
         assert c.submit(inc, 1).result(timeout=10) == 2
     assert cluster.status == "running"
+
+
+EXIT_SCRIPT = """
+from kernel_cluster import Client
+
+def inc(x):
+    return x + 1
+
+first, second = Client(), Client()
+first.close()
+print("RESULT", second.submit(inc, 1).result(timeout=10))
+# exits with the second client (and the default cluster) still open
+"""
+
+
+def test_the_default_cluster_closes_at_exit_under_an_open_client(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "two_clients.py"
+    script.write_text(EXIT_SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=str(root),
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT 2" in proc.stdout
