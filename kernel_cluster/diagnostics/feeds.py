@@ -104,7 +104,7 @@ class MetricsFeed:
             self._sent[row] = value
             changed.append(row)
             values.append(value)
-        if len(seen_default) < len(default_rows):  # some default span folded
+        if len(default_rows.keys() & seen_default) < len(default_rows):  # a span folded
             for key in [k for k in default_rows if k not in seen_default]:
                 row = default_rows.pop(key)
                 self._sent[row] = 0.0

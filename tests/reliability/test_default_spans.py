@@ -236,6 +236,20 @@ def test_thousands_of_sequential_submits_keep_the_span_count_bounded(cluster):
             assert span_tasks == cluster_tasks(client)
             frame = client.fine_metrics(unit="count")
             assert frame[frame.activity == "tasks"].value.sum() == cluster_tasks(client)
+            # and every other metric of the tasks too (idle is the spans' own reckoning)
+            cumulative = cluster.loop_thread.run(
+                lambda: dict(cluster.scheduler.cumulative_worker_metrics)
+            )
+            summed: dict = {}
+            for s in by_span.roots:
+                for k, v in s.metrics.items():
+                    if k[1] == "inc":
+                        summed[k] = summed.get(k, 0) + v
+            assert summed.keys() == {k for k in cumulative if len(k) == 4 and k[1] == "inc"}
+            for k, v in summed.items():
+                assert v == pytest.approx(cumulative[k], rel=1e-9), k
+            by_function = frame.groupby(["function", "activity"]).value.sum()
+            assert by_function[("inc", "tasks")] == cluster_tasks(client)
             metrics_keys = cluster.loop_thread.run(lambda: len(cluster.scheduler.worker_metrics))
             assert metrics_keys < 20 * (keep + 10), metrics_keys
             fold = by_span[FOLDED_ID]
