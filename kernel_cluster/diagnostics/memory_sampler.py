@@ -85,8 +85,11 @@ class MemorySampler:
     def plot(self, *, align: bool = False, **kwargs: Any) -> Any:
         """The samples as a line chart (pandas plotting); ``kwargs`` go to ``DataFrame.plot``.
         ``kernel_cluster.MemorySampler`` draws an interactive bqplot chart in a notebook."""
+        import pandas as pd
+
         try:
-            import matplotlib  # noqa: F401  (pandas plots with it)
+            if pd.get_option("plotting.backend") == "matplotlib":  # pandas' default
+                import matplotlib  # noqa: F401
         except ImportError as exc:
             raise ImportError(
                 "MemorySampler.plot() draws with matplotlib, which is not installed: "
