@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import linecache
+import numbers
 import os
 import sys
 import threading
@@ -146,7 +147,12 @@ class Client:
         # workers in other processes get tasks as bytes, pickled here so that a
         # function or argument that cannot travel fails at submit, naming the task
         self._pickle_tasks = cluster.processes
-        self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
+        try:
+            self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
+        except BaseException:
+            if owned:  # not a user of the default cluster after all
+                _leave_default(cluster, self.id)
+            raise
         self._source = EngineSource(cluster)
         if set_as_default:
             _current_client = self
@@ -562,7 +568,7 @@ class Client:
         from .diagnostics.timewindow import resolve_window
 
         if count is not None and (
-            isinstance(count, bool) or not isinstance(count, int) or count < 0
+            isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0
         ):
             raise ValueError(
                 f"count={count!r}: give how many of the latest records to return, an int "
@@ -571,7 +577,7 @@ class Client:
         self._check_running()
         source = self._diagnostics
         start_t, stop_t = resolve_window(start, stop, source.now())
-        return source.task_stream(start=start_t, stop=stop_t, count=count)
+        return source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
 
     def profile(
         self,

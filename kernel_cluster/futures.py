@@ -9,6 +9,7 @@ made when somebody actually waits, which keeps 10,000 futures cheap.
 from __future__ import annotations
 
 import concurrent.futures
+import numbers
 import queue
 import threading
 import time
@@ -46,7 +47,7 @@ def check_timeout(timeout: Any) -> None:
     """A timeout is None (wait for ever) or a number of seconds, not negative."""
     if timeout is None:
         return
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(
             f"timeout={timeout!r} ({type(timeout).__name__}): give a number of seconds, "
             "e.g. timeout=10, or None to wait until the future is done."
