@@ -219,3 +219,6 @@ def test_memory_sampler_plot_without_matplotlib(client, monkeypatch):
     with pytest.raises(ImportError, match=r"pip install matplotlib.*backend='bqplot'"):
         ms.plot(backend="pandas")
     assert len(ms.to_pandas()) > 0
+    monkeypatch.setitem(sys.modules, "bqplot", None)
+    with pytest.raises(ImportError, match=r"needs bqplot: `pip install kernel-cluster\[widgets\]`"):
+        ms.plot(backend="bqplot")
