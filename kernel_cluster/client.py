@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import linecache
+import numbers
 import os
 import sys
 import threading
@@ -43,10 +44,20 @@ from .diagnostics.source import set_default_source
 from .engine.cluster import KernelCluster
 from .engine.comm import SerializationError
 from .engine.execute import unpack_exception
-from .futures import FAILED, CancelledError, Future, FutureState, Latch
+from .engine.plugins import check_plugin
+from .futures import (
+    FAILED,
+    CancelledError,
+    Future,
+    FutureState,
+    Latch,
+    _cancelled,
+    check_timeout,
+)
 from .tokenize import funcname, function_token, tokenize
 
 _default_cluster: KernelCluster | None = None
+_default_users: set[str] = set()  # ids of the open clients on the default cluster
 _default_lock = threading.Lock()
 _current_client: Client | None = None
 
@@ -58,13 +69,31 @@ class MissingKeyError(GraphError, KeyError):
         return self.args[0]
 
 
-def _default() -> tuple[KernelCluster, bool]:
+def _default(client_id: str) -> KernelCluster:
+    """The default cluster, started if need be, with ``client_id`` among its users.
+
+    It lives while any client uses it: the last one to close closes it (and the
+    process's exit closes whatever is left).
+    """
     global _default_cluster
     with _default_lock:
         if _default_cluster is None or _default_cluster.status != "running":
             _default_cluster = KernelCluster()
-            return _default_cluster, True
-        return _default_cluster, False
+            _default_users.clear()
+        _default_users.add(client_id)
+        return _default_cluster
+
+
+def _leave_default(cluster: KernelCluster, client_id: str) -> None:
+    """``client_id`` no longer uses the default ``cluster``: close it if it was the last."""
+    global _default_cluster
+    with _default_lock:
+        if cluster is _default_cluster:
+            _default_users.discard(client_id)
+            if _default_users:
+                return
+            _default_cluster = None
+    cluster.close()
 
 
 def get_client() -> Client:
@@ -78,7 +107,8 @@ class Client:
     """Submit work to a KernelCluster and collect the results.
 
     ``Client()`` creates (or reuses) the default embedded cluster; ``Client(cluster)``
-    attaches to one you made. Closing the client stops whatever it started.
+    attaches to one you made. The default cluster lives while any ``Client()`` on it
+    is open: the last one to close stops it. A cluster you made is yours to close.
     """
 
     def __init__(
@@ -90,8 +120,9 @@ class Client:
     ):
         """``code_frames``: how many frames of your code each span remembers (0: none)."""
         global _current_client
+        self.id = f"Client-{uuid.uuid4().hex[:12]}"
         if cluster is None:
-            cluster, owned = _default()
+            cluster, owned = _default(self.id), True
         elif isinstance(cluster, KernelCluster):
             owned = False
             if cluster.status != "running":
@@ -102,8 +133,7 @@ class Client:
             )
         self.cluster = cluster
         self.code_frames = code_frames
-        self._owns_cluster = owned
-        self.id = f"Client-{uuid.uuid4().hex[:12]}"
+        self._owns_cluster = owned  # the default cluster, shared with other Client()s
         self.status = "running"
         self._loop = cluster.loop_thread
         self._scheduler = cluster.scheduler
@@ -117,7 +147,12 @@ class Client:
         # workers in other processes get tasks as bytes, pickled here so that a
         # function or argument that cannot travel fails at submit, naming the task
         self._pickle_tasks = cluster.processes
-        self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
+        try:
+            self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
+        except BaseException:
+            if owned:  # not a user of the default cluster after all
+                _leave_default(cluster, self.id)
+            raise
         self._source = EngineSource(cluster)
         if set_as_default:
             _current_client = self
@@ -231,6 +266,7 @@ class Client:
         _run_callback(callback)
 
     def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
+        check_timeout(timeout)
         with self._lock:
             if state.done():
                 return
@@ -397,7 +433,7 @@ class Client:
                     assert st.exception is not None
                     raise st.exception.with_traceback(st.traceback)
                 if st.status == "cancelled":
-                    raise CancelledError(k)
+                    raise _cancelled(st, k)
             data = self._gather_keys(wanted)
         finally:
             del states
@@ -432,11 +468,18 @@ class Client:
             if st.status == "error":
                 assert st.exception is not None
                 raise st.exception.with_traceback(st.traceback)
-            raise CancelledError(key)
+            raise _cancelled(st, key)
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
         return _rebuild(futures, data)
 
     def _gather_keys(self, keys: list[Key]) -> dict:
+        if self.status != "running":
+            raise RuntimeError(
+                f"Cannot fetch the result of {keys[0]!r}: {self.id} is closed, and the results "
+                "it held were released with it. Gather what you need before client.close(), "
+                "or compute it again with a new Client()."
+            )
+        self._check_running()
         data, missing = self._loop.run(self._scheduler.gather, keys)
         if missing:
             with self._lock:
@@ -452,7 +495,19 @@ class Client:
 
     def cancel(self, futures: Future | Iterable[Future]) -> None:
         """Stop these tasks (and whatever depends on them) if they have not finished."""
-        fs = [futures] if isinstance(futures, Future) else list(futures)
+        if isinstance(futures, Future):
+            fs = [futures]
+        else:
+            try:
+                fs = list(futures)
+            except TypeError:
+                fs = [futures]
+        for f in fs:
+            if not isinstance(f, Future):
+                raise TypeError(
+                    f"cancel() takes a Future or a list of Futures, got {type(f).__name__} "
+                    f"{f!r}; to cancel by key, keep the future that submit() returned."
+                )
         keys = [f.key for f in fs]
         if not keys or self.status != "running":
             return
@@ -472,6 +527,7 @@ class Client:
 
     def scheduler_info(self) -> dict:
         """The workers (address, name, threads, memory, pid, ...) and task counts."""
+        self._check_running()
         return self._loop.run(self._scheduler.scheduler_info)
 
     def fine_metrics(self, unit: str | None = "seconds", span: Any = None) -> Any:
@@ -488,11 +544,14 @@ class Client:
         return span_frame(metrics, label, unit=unit)
 
     def register_plugin(self, plugin: Any, name: str | None = None) -> str:
-        """Add a SchedulerPlugin; it is called from the engine's thread. Returns its name."""
+        """Add a SchedulerPlugin (an instance); it is called from the engine's thread.
+        Returns its name."""
+        check_plugin(plugin, name)
         self._check_running()
         return self._loop.run(self._scheduler.register_plugin, plugin, name)
 
     def unregister_plugin(self, name: str) -> None:
+        self._check_running()
         self._loop.run(self._scheduler.unregister_plugin, name)
 
     def get_task_stream(self) -> Any:
@@ -508,10 +567,17 @@ class Client:
         (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them."""
         from .diagnostics.timewindow import resolve_window
 
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0
+        ):
+            raise ValueError(
+                f"count={count!r}: give how many of the latest records to return, an int "
+                ">= 0 (0 or None: all of them)."
+            )
         self._check_running()
         source = self._diagnostics
         start_t, stop_t = resolve_window(start, stop, source.now())
-        return source.task_stream(start=start_t, stop=stop_t, count=count)
+        return source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
 
     def profile(
         self,
@@ -572,7 +638,10 @@ class Client:
         self._check_running()
         if args or kwargs:
             fn = functools.partial(fn, *args, **kwargs)
-        return self._loop.run(self._scheduler.run_on_workers, fn, workers)
+        if not self.cluster.processes:
+            return self._loop.run(self._scheduler.run_on_workers, fn, workers)
+        pickled = self._loop.run(self._scheduler.run_on_workers, _PickledResult(fn), workers)
+        return {address: cloudpickle.loads(data) for address, data in pickled.items()}
 
     def restart(self) -> None:
         """Cancel every future on the cluster and replace every worker."""
@@ -605,16 +674,20 @@ class Client:
         callbacks: list = []
         with self._lock:
             self.status = "closed"
+            reason = (
+                f"{self.id} was closed before it finished; keep the client open until "
+                "you have gathered the results you need"
+            )
             for key, st in self._states.items():
                 if not st.done():
-                    callbacks.extend(_mark_cancelled(st, key))
+                    callbacks.extend(_mark_cancelled(st, key, reason))
         for cb in callbacks:
             _run_callback(cb)
         if _current_client is self:
             _current_client = None
             set_default_source(None)
         if self._owns_cluster:
-            self.cluster.close()
+            _leave_default(self.cluster, self.id)
 
     def __enter__(self) -> Client:
         return self
@@ -622,9 +695,46 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def __reduce__(self):
+        raise TypeError(
+            f"{self.id} cannot be pickled: a task in a worker process cannot use the client "
+            "that submitted it. Pass the values it needs (or futures, which arrive as values) "
+            "as arguments to submit() instead."
+        )
+
     def __repr__(self) -> str:
         info = self.cluster
         return f"<Client {self.id} {self.status}, cluster={info!r}>"
+
+
+class _PickledResult:
+    """``client.run``'s function as a worker process calls it: the result is pickled
+    there, so one that cannot travel raises an error naming it (and the fix) instead
+    of breaking the connection it was to be sent on."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    async def __call__(self, dask_worker: Any) -> bytes:
+        import inspect
+
+        fn = self.fn
+        try:
+            takes_worker = "dask_worker" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            takes_worker = False
+        result = fn(dask_worker=dask_worker) if takes_worker else fn()
+        if inspect.isawaitable(result):
+            result = await result
+        try:
+            return cloudpickle.dumps(result, protocol=5)
+        except Exception as exc:
+            raise SerializationError(
+                f"the result of client.run({funcname(fn)}) on worker "
+                f"{getattr(dask_worker, 'address', '?')}",
+                type(result).__name__,
+                f"{type(exc).__name__}: {exc}",
+            ) from None
 
 
 def _dumps_task(key: Key, spec: TaskSpec) -> bytes:
@@ -744,10 +854,12 @@ def _rebuild(obj: Any, data: dict) -> Any:
     return obj
 
 
-def _mark_cancelled(st: FutureState, key: Key) -> list[Callable[[], None]]:
+def _mark_cancelled(
+    st: FutureState, key: Key, reason: str | None = None
+) -> list[Callable[[], None]]:
     """Finish ``st`` as cancelled (client lock held); returns the callbacks to run."""
     st.status = "cancelled"
-    st.exception = CancelledError(key)
+    st.exception = CancelledError(key, reason)
     st.traceback = None
     if st.event is not None:
         st.event.set()

@@ -9,6 +9,7 @@ made when somebody actually waits, which keeps 10,000 futures cheap.
 from __future__ import annotations
 
 import concurrent.futures
+import numbers
 import queue
 import threading
 import time
@@ -27,12 +28,32 @@ FAILED = frozenset({"error", "cancelled"})
 class CancelledError(concurrent.futures.CancelledError):
     """The future was cancelled, or its client closed, before a result existed."""
 
-    def __init__(self, key: Key):
+    def __init__(self, key: Key, reason: str | None = None):
         self.key = key
-        super().__init__(f"Future {key!r} was cancelled.")
+        self.reason = reason
+        super().__init__(f"Future {key!r} was cancelled" + (f": {reason}" if reason else "."))
 
     def __reduce__(self):
-        return (CancelledError, (self.key,))
+        return (CancelledError, (self.key, self.reason))
+
+
+def _cancelled(state: FutureState, key: Key) -> CancelledError:
+    """The error to raise for a cancelled future: the one that says why, if known."""
+    exc = state.exception
+    return exc if isinstance(exc, CancelledError) else CancelledError(key)
+
+
+def check_timeout(timeout: Any) -> None:
+    """A timeout is None (wait for ever) or a number of seconds, not negative."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"timeout={timeout!r} ({type(timeout).__name__}): give a number of seconds, "
+            "e.g. timeout=10, or None to wait until the future is done."
+        )
+    if not timeout >= 0:  # negative or NaN
+        raise ValueError(f"timeout={timeout!r}: give a number of seconds >= 0, or None.")
 
 
 class FutureState:
@@ -108,7 +129,7 @@ class Future:
                 assert exc is not None
                 raise exc.with_traceback(self._state.traceback)
             if status == "cancelled":
-                raise CancelledError(self.key)
+                raise _cancelled(self._state, self.key)
             return self.client._gather_keys([self.key])[self.key]
         finally:
             # A raised task error keeps this frame in its traceback, and the error object
@@ -119,7 +140,7 @@ class Future:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self.client._wait_for(self._state, self.key, timeout)
         if self._state.status == "cancelled":
-            raise CancelledError(self.key)
+            raise _cancelled(self._state, self.key)
         return self._state.exception
 
     def traceback(self, timeout: float | None = None) -> Any:
@@ -160,6 +181,7 @@ def wait(
     futures = [fs] if isinstance(fs, Future) else list(fs)
     if return_when not in ("ALL_COMPLETED", "FIRST_COMPLETED"):
         raise ValueError(f"return_when={return_when!r}: use 'ALL_COMPLETED' or 'FIRST_COMPLETED'.")
+    check_timeout(timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
     if return_when == "ALL_COMPLETED":
         for f in futures:
@@ -198,6 +220,7 @@ class as_completed:
         return self._pending == 0
 
     def iter(self, timeout: float | None = None) -> Iterator:
+        check_timeout(timeout)
         while True:
             with self._lock:
                 if self._pending == 0:

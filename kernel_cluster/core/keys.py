@@ -89,9 +89,17 @@ def key_group(key: Key) -> str:
 
 
 def validate_key(key: object) -> None:
-    """Reject keys that cannot travel in messages or be compared reliably."""
+    """Reject keys that cannot travel in messages or be compared reliably.
+
+    NaN is not equal to itself: a key holding one could be stored but never found.
+    """
     if type(key) is str:
         return
+    if type(key) is float and key != key:
+        raise ValueError(
+            f"Task key {key!r} is NaN, which equals nothing (not even itself), so its result "
+            "could never be looked up; use a str or int key."
+        )
     if type(key) is tuple:
         if not key:
             raise TypeError("Task keys may not be empty tuples; use a string or ('name', index).")
@@ -100,6 +108,11 @@ def validate_key(key: object) -> None:
                 raise TypeError(
                     f"Task key {key!r} contains {type(part).__name__} {part!r}; tuple keys may "
                     "only hold str, int, float, bytes or nested tuples of those."
+                )
+            if type(part) is float and part != part:
+                raise ValueError(
+                    f"Task key {key!r} holds a NaN, which equals nothing (not even itself), "
+                    "so its result could never be looked up; use str or int parts."
                 )
             if type(part) is tuple:
                 validate_key(part)

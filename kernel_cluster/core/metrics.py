@@ -19,6 +19,7 @@ Clocks are parameters: tests drive them by hand.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -44,15 +45,38 @@ class MeterFrame:
 
 
 class ContextMeter:
-    def __init__(self, wall: Callable[[], float], cpu: Callable[[], float]):
+    """Where metrics are digested, and who listens to them, per context.
+
+    ``pickle_as``: a function (importable by reference) returning the meter that
+    stands for this one in another process. Task code captures the process-wide
+    ``context_meter`` (a function of a notebook or script is pickled by value, with
+    what it refers to); its ContextVars cannot travel, so the worker's own meter
+    takes its place there. A meter without ``pickle_as`` refuses to be pickled.
+    """
+
+    def __init__(
+        self,
+        wall: Callable[[], float],
+        cpu: Callable[[], float],
+        pickle_as: Callable[[], ContextMeter] | None = None,
+    ):
         self.wall = wall
         self.cpu = cpu
+        self._pickle_as = pickle_as
         self._callbacks: ContextVar[tuple[Callback, ...]] = ContextVar(
             "kernel_cluster_metric_callbacks", default=()
         )
         self._frame: ContextVar[MeterFrame | None] = ContextVar(
             "kernel_cluster_meter_frame", default=None
         )
+
+    def __reduce__(self) -> tuple:
+        if self._pickle_as is None:
+            raise TypeError(
+                "This ContextMeter belongs to the process that made it and cannot be pickled; "
+                "in task code use kernel_cluster.context_meter, which travels to workers."
+            )
+        return (self._pickle_as, ())
 
     @contextmanager
     def add_callback(self, callback: Callback) -> Iterator[None]:
@@ -100,32 +124,69 @@ class ContextMeter:
         for cb in self._callbacks.get():
             cb(label, value, unit)
 
-    @contextmanager
-    def meter(self, label: Hashable, unit: str = "seconds") -> Iterator[None]:
+    def meter(self, label: Hashable, unit: str = "seconds") -> Meter:
         """Time the block and report it as ``label``.
 
         Seconds spent in meters nested inside are reported under their own label
         and left out of this one; the enclosing task's CPU and non-CPU time leave
         out the whole block. Usable as a decorator too.
         """
-        if not self._callbacks.get():
-            yield
+        return Meter(self, label, unit)
+
+
+class Meter:
+    """``context_meter.meter(label)``: a context manager, or a decorator.
+
+    A class rather than a generator: it pickles (a decorated function of a script
+    travels to worker processes with it), and costs less per use inside tasks. One
+    ``with`` at a time; as a decorator, each call times itself with a new one.
+    """
+
+    __slots__ = ("_state", "context", "label", "unit")
+
+    def __init__(self, context: ContextMeter, label: Hashable, unit: str = "seconds"):
+        self.context = context
+        self.label = label
+        self.unit = unit
+        self._state: tuple | None = None
+
+    def __reduce__(self) -> tuple:
+        return (Meter, (self.context, self.label, self.unit))
+
+    def __enter__(self) -> None:
+        m = self.context
+        if not m._callbacks.get():
             return
-        hash(label)  # fail here, inside the task, rather than later on the worker
-        parent = self._frame.get()
+        hash(self.label)  # fail here, inside the task, rather than later on the worker
         frame = MeterFrame()
-        token = self._frame.set(frame)
-        wall0, cpu0 = self.wall(), self.cpu()
-        try:
-            yield
-        finally:
-            wall = self.wall() - wall0
-            cpu = self.cpu() - cpu0
-            self._frame.reset(token)
-            if parent is not None:
-                parent.inner_wall += wall
-                parent.inner_cpu += cpu
-            self.digest_metric(label, max(0.0, wall - frame.inner_wall), unit)
+        parent = m._frame.get()
+        token = m._frame.set(frame)
+        self._state = (parent, frame, token, m.wall(), m.cpu())
+
+    def __exit__(self, *exc: object) -> None:
+        state = self._state
+        if state is None:
+            return
+        self._state = None
+        parent, frame, token, wall0, cpu0 = state
+        m = self.context
+        wall = m.wall() - wall0
+        cpu = m.cpu() - cpu0
+        m._frame.reset(token)
+        if parent is not None:
+            parent.inner_wall += wall
+            parent.inner_cpu += cpu
+        m.digest_metric(self.label, max(0.0, wall - frame.inner_wall), self.unit)
+
+    def __call__(self, func: Callable) -> Callable:
+        context, label, unit = self.context, self.label, self.unit
+
+        @functools.wraps(func)
+        def metered(*args: Any, **kwargs: Any) -> Any:
+            with Meter(context, label, unit):
+                return func(*args, **kwargs)
+
+        return metered
 
 
 class _Scope:
@@ -147,6 +208,10 @@ class _Scope:
         m._callbacks.reset(self._tokens[0])
 
 
+# units whose totals mean a duration or a size: a negative digest would corrupt them
+NON_NEGATIVE_UNITS = frozenset({"seconds", "bytes"})
+
+
 def check_metric(label: Any, value: Any, unit: Any) -> None:
     """Bad input gets a clear error where it happens, not a corrupt total later."""
     try:
@@ -165,6 +230,11 @@ def check_metric(label: Any, value: Any, unit: Any) -> None:
         raise ValueError(f"Metric {label!r} got {value!r}; values must be finite numbers.")
     if not isinstance(unit, str) or not unit:
         raise TypeError(f"Metric {label!r} needs a unit such as 'seconds' or 'bytes'.")
+    if value < 0 and unit in NON_NEGATIVE_UNITS:
+        raise ValueError(
+            f"Metric {label!r} got {value!r} {unit}; a duration or a size cannot be negative "
+            "(check the subtraction that computed it)."
+        )
 
 
 # -- a task thread's time -----------------------------------------------------------------

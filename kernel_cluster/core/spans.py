@@ -7,17 +7,37 @@ own plus its children's.
 
 Times come in as arguments: the tree reads no clock, except through ``now``,
 which the owner passes in.
+
+Default spans. Tasks submitted outside any ``span`` go to a default span, and a
+new one begins once the previous one's tasks are all done: a loop of
+``submit(...).result()`` makes one per iteration. So that such a loop cannot grow
+the tree without bound, only the latest ``keep_default_spans`` finished default
+spans are kept as they are; older ones fold, oldest first, into one span named
+``("default",)`` with id ``"default-folded"``. Folding loses nothing: the fold's
+metrics, task counts, durations, bytes and thread-seconds are the sums of the
+spans folded into it (its ``folded`` says how many), so totals over all spans do
+not change; only the folded spans' separate rows are gone. Metrics that arrive
+for a span after it folded go to the fold. The owner of metrics keyed by span id
+(the scheduler's) hands that dict over as ``keyed_metrics`` to have it re-keyed too.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 
 from .metrics import add_metrics
-from .scheduler_tasks import ALL_STATES, TaskGroup
+from .scheduler_tasks import ALL_STATES, TaskGroup, TaskPrefix
 
 DEFAULT = ("default",)
+DEFAULT_ID_PREFIX = "default-"
+FOLDED_ID = "default-folded"
+KEEP_DEFAULT_SPANS = 100  # finished default spans kept apart before the oldest fold
+
+
+def is_default_span_id(span_id: object) -> bool:
+    """Whether ``span_id`` names a default span (one that may fold)."""
+    return type(span_id) is str and span_id.startswith(DEFAULT_ID_PREFIX)
 
 
 class Span:
@@ -197,6 +217,74 @@ class MergedSpan(Span):
         return None
 
 
+class FoldedSpan(Span):
+    """Finished default spans summed into one (see the module's docstring).
+
+    The groups of folded spans whose tasks are all forgotten (nothing can change
+    them again) are summed into one tally group; groups with live tasks are kept
+    as they are until they die, so a task recomputed later still shows. Thread
+    time on the cluster is kept as intervals, at most ``MAX_INTERVALS`` of them:
+    beyond that the oldest two merge into one with the same thread-seconds.
+    """
+
+    MAX_INTERVALS = 64
+    MAX_CODE = 10
+
+    def __init__(
+        self,
+        total_nthreads_history: list[tuple[float, int]],
+        enqueued: float,
+        now: Callable[[], float],
+    ):
+        super().__init__(DEFAULT, FOLDED_ID, None, total_nthreads_history, enqueued, now)
+        self.folded = 0
+        self._tally = TaskGroup("(folded)", TaskPrefix("(folded)"), FOLDED_ID)
+        self.groups.add(self._tally)
+        self._intervals: list[tuple[float, float, float]] = []
+
+    @property
+    def nthreads_intervals(self) -> list[tuple[float, float, float]]:  # type: ignore[override]
+        return self._intervals
+
+    def absorb(self, span: Span) -> None:
+        """Add ``span`` (a finished default span, without children) to the fold."""
+        self.folded += 1
+        self.enqueued = min(self.enqueued, span.enqueued)
+        add_metrics(self._metrics, span._metrics)
+        for code in span.code:
+            if code not in self.code and len(self.code) < self.MAX_CODE:
+                self.code.append(code)
+        self._add_intervals(span.nthreads_intervals)
+        self.groups.update(span.groups)
+        self._tally_dead_groups()
+
+    def _tally_dead_groups(self) -> None:
+        tally = self._tally
+        for g in [g for g in self.groups if g is not tally and g.n_live == 0]:
+            self.groups.discard(g)
+            for state, n in g.states.items():
+                tally.states[state] += n
+            for action, seconds in g.all_durations.items():
+                tally.all_durations[action] += seconds
+            tally.nbytes_total += g.nbytes_total
+            tally.n_computed += g.n_computed
+            if g.start and (not tally.start or g.start < tally.start):
+                tally.start = g.start
+            tally.stop = max(tally.stop, g.stop)
+
+    def _add_intervals(self, intervals: Iterable[tuple[float, float, float]]) -> None:
+        out = self._intervals
+        for lo, hi, n in intervals:
+            if out and out[-1][1] == lo and out[-1][2] == n:
+                out[-1] = (out[-1][0], hi, n)
+            else:
+                out.append((lo, hi, n))
+        while len(out) > self.MAX_INTERVALS:
+            (lo1, hi1, n1), (lo2, hi2, n2) = out[0], out[1]
+            area = (hi1 - lo1) * n1 + (hi2 - lo2) * n2
+            out[:2] = [(lo1, hi2, area / (hi2 - lo1) if hi2 > lo1 else 0.0)]
+
+
 def merge_spans(items: Iterable[Span], now: Callable[[], float]) -> MergedSpan:
     items = list(items)
     if not items:
@@ -210,7 +298,19 @@ def merge_spans(items: Iterable[Span], now: Callable[[], float]) -> MergedSpan:
 class SpanTree:
     """All spans of a scheduler, and the ways to look them up."""
 
-    def __init__(self, now: Callable[[], float], code_frames: int = 1):
+    def __init__(
+        self,
+        now: Callable[[], float],
+        code_frames: int = 1,
+        keep_default_spans: int = KEEP_DEFAULT_SPANS,
+    ):
+        """``keep_default_spans``: finished default spans kept apart before the oldest
+        fold into one (an attribute: change it any time)."""
+        self.keep_default_spans = keep_default_spans
+        self.keyed_metrics: dict[tuple, float] | None = None
+        self.folded: FoldedSpan | None = None
+        self._finished_defaults: deque[Span] = deque()
+        self._folded_upto = 0  # every default span numbered up to this one is folded
         self.spans: dict[str, Span] = {}
         self.root_spans: list[Span] = []
         self.spans_search_by_name: defaultdict[tuple[str, ...], list[Span]] = defaultdict(list)
@@ -232,8 +332,12 @@ class SpanTree:
         if not annotation:
             span = self._default
             if span is None or span.done:
+                if span is not None:
+                    self._finished_defaults.append(span)
+                    while len(self._finished_defaults) > max(0, self.keep_default_spans):
+                        self._fold(self._finished_defaults.popleft())
                 self._default_counter += 1
-                span = self._new(DEFAULT, f"default-{self._default_counter}", None, time)
+                span = self._new(DEFAULT, f"{DEFAULT_ID_PREFIX}{self._default_counter}", None, time)
                 self._default = span
         else:
             name, ids = tuple(annotation["name"]), tuple(annotation["ids"])
@@ -259,12 +363,58 @@ class SpanTree:
             parent.children.append(span)
         return span
 
+    # -- folding default spans --------------------------------------------------------------
+
+    def _fold(self, span: Span) -> None:
+        """Sum ``span`` into the fold and forget it as a span of its own."""
+        fold = self.folded
+        if fold is None:
+            fold = self.folded = FoldedSpan(self.total_nthreads_history, span.enqueued, self.now)
+            self.spans[fold.id] = fold
+            self.root_spans.insert(self.root_spans.index(span), fold)
+            self.spans_search_by_name[DEFAULT].insert(0, fold)
+        fold.absorb(span)
+        del self.spans[span.id]
+        self.root_spans.remove(span)
+        self.spans_search_by_name[DEFAULT].remove(span)
+        self._folded_upto = int(span.id[len(DEFAULT_ID_PREFIX) :])
+        metrics = self.keyed_metrics
+        if metrics is not None:  # its ("execute", id, ...) entries move to the fold's id
+            for _, prefix, activity, unit in span._metrics:
+                value = metrics.pop(("execute", span.id, prefix, activity, unit), None)
+                if value is not None:
+                    key = ("execute", fold.id, prefix, activity, unit)
+                    metrics[key] = metrics.get(key, 0) + value
+
+    def is_folded(self, span_id: object) -> bool:
+        """Whether ``span_id`` is a default span that has been folded."""
+        if self.folded is None or not is_default_span_id(span_id):
+            return False
+        number = span_id[len(DEFAULT_ID_PREFIX) :]  # type: ignore[index]
+        return number.isdigit() and int(number) <= self._folded_upto
+
+    def fold_keys(self, delta: dict[tuple, float]) -> dict[tuple, float]:
+        """``delta`` with the metrics of folded spans keyed by the fold's id (metrics
+        of a task can arrive after its span folded)."""
+        if self.folded is None:
+            return delta
+        if not any(len(k) == 5 and self.is_folded(k[1]) for k in delta):
+            return delta
+        out: dict[tuple, float] = {}
+        for key, value in delta.items():
+            if len(key) == 5 and self.is_folded(key[1]):
+                key = (key[0], FOLDED_ID, key[2], key[3], key[4])
+            out[key] = out.get(key, 0) + value
+        return out
+
     def add_metrics(self, delta: dict[tuple, float]) -> None:
         """Worker metrics keyed ("execute", span_id, prefix, activity, unit) go to spans."""
         for key, value in delta.items():
             if key[0] != "execute" or len(key) != 5 or key[1] is None:
                 continue
             span = self.spans.get(key[1])
+            if span is None and self.is_folded(key[1]):
+                span = self.folded
             if span is not None:
                 span.add_metrics(("execute", key[2], key[3], key[4]), value)
 

@@ -25,6 +25,8 @@ from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..core.spans import FOLDED_ID, is_default_span_id
+
 Message = tuple[dict[str, Any], list[bytes]]
 MetricKey = tuple[str | None, str | None, str | None, str | None, str | None]
 
@@ -61,6 +63,9 @@ class MetricsFeed:
         self._rows: dict[MetricKey, int] = {}
         self._row_keys: list[MetricKey] = []
         self._sent: list[float] = []  # the value the browser holds, per row
+        # rows of default spans, which may fold (core.spans): their metrics then move
+        # to the fold's row, and this one is sent as 0 so nothing counts twice
+        self._default_rows: dict[MetricKey, int] = {}
 
     def _string(self, s: str | None) -> int:
         if s is None:
@@ -76,11 +81,15 @@ class MetricsFeed:
         n_strings, n_rows = len(self._string_list), len(self._row_keys)
         changed: list[int] = []
         values: list[float] = []
+        default_rows = self._default_rows
+        seen_default: set[MetricKey] = set()
         for raw, value in metrics.items():
             key = metric_key(raw)
             if key is None:
                 continue
             value = float(value)
+            if is_default_span_id(key[1]) and key[1] != FOLDED_ID:
+                seen_default.add(key)
             row = self._rows.get(key)
             if row is None:
                 for field in key:
@@ -88,11 +97,19 @@ class MetricsFeed:
                 row = self._rows[key] = len(self._row_keys)
                 self._row_keys.append(key)
                 self._sent.append(value)
+                if key in seen_default:
+                    default_rows[key] = row
             elif self._sent[row] == value and not full:
                 continue
             self._sent[row] = value
             changed.append(row)
             values.append(value)
+        if len(default_rows.keys() & seen_default) < len(default_rows):  # a span folded
+            for key in [k for k in default_rows if k not in seen_default]:
+                row = default_rows.pop(key)
+                self._sent[row] = 0.0
+                changed.append(row)
+                values.append(0.0)
         if full:
             n_strings, n_rows = 0, 0
             changed = list(range(len(self._row_keys)))

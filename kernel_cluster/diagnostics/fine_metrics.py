@@ -17,6 +17,8 @@ COLUMNS = ["context", "span", "function", "activity", "unit", "value"]
 def to_frame(metrics: dict[tuple, float], unit: str | None = None) -> pd.DataFrame:
     """One row per metric; ``unit`` keeps only that unit (seconds, bytes, count, ...)."""
     rows = []
+    if unit is not None:
+        check_unit(unit, metrics)
     for key, value in metrics.items():
         if not isinstance(key, tuple) or not key:
             continue
@@ -33,6 +35,25 @@ def to_frame(metrics: dict[tuple, float], unit: str | None = None) -> pd.DataFra
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.sort_values(["context", "function", "activity"], na_position="last").reset_index(
         drop=True
+    )
+
+
+# units the engine records itself: asking for one of them is never a mistake, even
+# before any metric arrived
+ENGINE_UNITS = ("seconds", "bytes", "count")
+
+
+def check_unit(unit: Any, metrics: dict[tuple, float]) -> None:
+    """A ``unit`` nothing is measured in is a typo, not an empty table: say which exist."""
+    if not isinstance(unit, str):
+        raise TypeError(f"unit={unit!r}: give a unit name such as 'seconds', or None for all.")
+    units = {key[-1] for key in metrics if isinstance(key, tuple) and key}
+    if unit in units or unit in ENGINE_UNITS:
+        return
+    known = sorted(units | set(ENGINE_UNITS))
+    raise ValueError(
+        f"No metric is measured in unit={unit!r}; the units are {', '.join(map(repr, known))} "
+        "(or unit=None for all of them)."
     )
 
 

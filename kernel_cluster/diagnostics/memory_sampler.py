@@ -85,6 +85,17 @@ class MemorySampler:
     def plot(self, *, align: bool = False, **kwargs: Any) -> Any:
         """The samples as a line chart (pandas plotting); ``kwargs`` go to ``DataFrame.plot``.
         ``kernel_cluster.MemorySampler`` draws an interactive bqplot chart in a notebook."""
+        import pandas as pd
+
+        try:
+            if pd.get_option("plotting.backend") == "matplotlib":  # pandas' default
+                import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "MemorySampler.plot() draws with matplotlib, which is not installed: "
+                "`pip install matplotlib`, or in a notebook use plot(backend='bqplot') "
+                "(needs bqplot); to_pandas() gives the samples as a table without either."
+            ) from exc
         frame = self.to_pandas(align=align)
         if align:
             frame.index = frame.index.total_seconds()

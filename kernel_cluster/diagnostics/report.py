@@ -33,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..core.spans import FOLDED_ID, is_default_span_id
 from .feeds import MetricsFeed, RecordsFeed, progress_records, span_records
 from .memory_sampler import Periodic
 from .profile_feed import read_static_profiles
@@ -68,6 +69,7 @@ class performance_report:
         self.html: str | None = None
 
     def __enter__(self) -> performance_report:
+        check_writable(self.filename)  # before the work runs, not after it
         if self.client is None:
             self.source = default_source()
         else:
@@ -190,6 +192,13 @@ def _try(fn: Any) -> Any:
 
 
 def _subtract(after: dict[tuple, float], before: dict[tuple, float]) -> dict[tuple, float]:
+    if any(k not in after for k in before):  # default spans folded meanwhile (core.spans)
+        refolded: dict[tuple, float] = {}
+        for k, v in before.items():
+            if k not in after and len(k) == 5 and is_default_span_id(k[1]):
+                k = (k[0], FOLDED_ID, k[2], k[3], k[4])
+            refolded[k] = refolded.get(k, 0) + v
+        before = refolded
     out = {}
     for k, v in after.items():
         d = v - before.get(k, 0)
@@ -206,6 +215,29 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def check_writable(path: Path) -> None:
+    """Fail now if ``path`` cannot be written, naming it and what to do."""
+    where = f"performance_report cannot write {str(path)!r}"
+    if path.is_dir():
+        raise IsADirectoryError(f"{where}: it is a directory; give a file such as 'report.html'.")
+    parent = path.parent
+    if not parent.is_dir():
+        raise FileNotFoundError(
+            f"{where}: the directory {str(parent)!r} does not exist; create it first or "
+            "choose another filename."
+        )
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise type(exc)(
+            exc.errno, f"{where}: {exc.strerror}; choose a file in a directory you can write to."
+        ) from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def _block_source(filename: str, lineno: int) -> str:

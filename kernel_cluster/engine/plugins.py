@@ -45,6 +45,30 @@ class SchedulerPlugin:
 
 
 _Caller = tuple["SchedulerPlugin", Callable[..., Any]]
+HOOKS = ("start", "update_graph", "transition", "add_worker", "remove_worker", "close")
+
+
+def check_plugin(plugin: Any, name: Any = None) -> None:
+    """Refuse, with the fix in the message, what would fail (or be switched off) later.
+
+    A plugin is an instance of a ``SchedulerPlugin`` subclass, or any object with at
+    least one of its hooks; the common slip is passing the class itself.
+    """
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"A plugin's name must be a str, got {type(name).__name__} {name!r}.")
+    if isinstance(plugin, type):
+        raise TypeError(
+            f"register_plugin() got the class {plugin.__name__}, not a plugin: pass an "
+            f"instance, e.g. client.register_plugin({plugin.__name__}())."
+        )
+    if isinstance(plugin, SchedulerPlugin):
+        return
+    if not any(callable(getattr(plugin, hook, None)) for hook in HOOKS):
+        raise TypeError(
+            f"register_plugin() got {type(plugin).__name__} {plugin!r}, which has none of a "
+            f"plugin's methods ({', '.join(HOOKS)}); subclass kernel_cluster.SchedulerPlugin "
+            "and override the ones you need."
+        )
 
 
 class PluginSet:
@@ -58,7 +82,8 @@ class PluginSet:
         self._default_callers: tuple[_Caller, ...] = ()
 
     def add(self, plugin: SchedulerPlugin, name: str | None = None) -> str:
-        name = name or plugin.name or f"{type(plugin).__name__}-{id(plugin):x}"
+        check_plugin(plugin, name)
+        name = name or getattr(plugin, "name", None) or f"{type(plugin).__name__}-{id(plugin):x}"
         if name in self.plugins:
             self.remove(name)
         self.plugins[name] = plugin
@@ -71,10 +96,15 @@ class PluginSet:
         return plugin
 
     def _index(self) -> None:
-        everything = [p for p in self.plugins.values() if p.transitions is None]
+        # duck-typed plugins: no ``transitions`` means all of them, no ``transition`` none
+        wanted = {
+            n: getattr(p, "transitions", None) if callable(getattr(p, "transition", None)) else ()
+            for n, p in self.plugins.items()
+        }
+        everything = [p for n, p in self.plugins.items() if wanted[n] is None]
         by: dict[tuple[str, str], list[SchedulerPlugin]] = {}
-        for p in self.plugins.values():
-            for pair in p.transitions or ():
+        for n, p in self.plugins.items():
+            for pair in wanted[n] or ():
                 by.setdefault(pair, []).append(p)
         self._everything = everything
         self._by_transition = by
@@ -108,8 +138,11 @@ class PluginSet:
 
     def call(self, plugins: Iterable[SchedulerPlugin], method: str, *args: Any, **kw: Any) -> None:
         for plugin in tuple(plugins):  # a failing plugin is removed from the live list
+            hook = getattr(plugin, method, None)
+            if hook is None:  # a duck-typed plugin without this hook
+                continue
             try:
-                getattr(plugin, method)(*args, **kw)
+                hook(*args, **kw)
             except Exception:
                 self.failed(plugin, method)
 

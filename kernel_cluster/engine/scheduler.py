@@ -92,6 +92,7 @@ class Scheduler:
         # as workers send them, (context, span_id, prefix, activity, unit) for execute,
         # and without the span, as Dask's Scheduler.cumulative_worker_metrics has them
         self.worker_metrics: dict[tuple, float] = {}
+        self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
 
@@ -403,6 +404,7 @@ class Scheduler:
             await asyncio.wait(pending, timeout=timeout)
 
     def add_worker_metrics(self, delta: dict) -> None:
+        delta = self.spans.fold_keys(delta)  # tasks of a span that has folded since
         add_metrics(self.worker_metrics, delta)
         self.spans.add_metrics(delta)
         cumulative = self.cumulative_worker_metrics

@@ -163,6 +163,11 @@ class MemorySampler(_PlainSampler):
         if backend is None:
             backend = "bqplot" if in_notebook() and has_bqplot() else "pandas"
         if backend == "bqplot":
+            if not has_bqplot():
+                raise ImportError(
+                    "plot(backend='bqplot') needs bqplot: `pip install kernel-cluster[widgets]`"
+                    " (or bqplot); plot(backend='pandas') draws with matplotlib instead."
+                )
             return MemoryChart(self.samples, align=align, **kwargs).figure
         if backend != "pandas":
             raise ValueError(f"backend={backend!r}: use 'bqplot', 'pandas' or None.")
