@@ -279,6 +279,15 @@ class GroupTotals:
         )
 
 
+class _Total:
+    """One running total of ``ThreadAccount.extra``: an object, so it is seen by identity."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: float = 0
+
+
 class ThreadAccount:
     """One task thread's running totals, added to by that thread as its tasks end.
 
@@ -292,18 +301,43 @@ class ThreadAccount:
     ``start`` closes the gap ``[mark, start]``: idle until the task was handed to
     the pool (``submitted``), executor hand-off after. The loop moves ``mark`` only
     while the thread runs no task (``ThreadTimeline.set_busy``).
+
+    Groups come and go (a new default span after every ``submit().result()``), so
+    the account forgets the ones that stopped changing: the loop names them
+    (``stale``, groups unchanged over a whole look), and the thread itself moves
+    them out at its next ``add`` (``retired``), never the group it is adding to, so
+    no addition can land in totals that were already let go. The loop reads each
+    retired group one last time. What the loop saw is kept by totals object, not by
+    group, so a group that comes back starts afresh.
     """
 
-    __slots__ = ("_seen", "_seen_extra", "_seen_idle", "extra", "idle", "mark", "sums", "timeline")
+    __slots__ = (
+        "_seen",
+        "_seen_idle",
+        "extra",
+        "idle",
+        "last_group",
+        "last_totals",
+        "mark",
+        "retired",
+        "stale",
+        "sums",
+        "timeline",
+    )
 
     def __init__(self, timeline: ThreadTimeline, now: float):
         self.timeline = timeline
         self.mark = now
         self.sums: dict[tuple, GroupTotals] = {}  # by (span, prefix)
-        self.extra: dict[tuple, float] = {}  # (span, prefix, label, unit) -> total
+        self.extra: dict[tuple, _Total] = {}  # (span, prefix, label, unit) -> total
         self.idle = 0.0
-        self._seen: dict[tuple, tuple] = {}
-        self._seen_extra: dict[tuple, float] = {}
+        # the group of the last add and its totals: the task runner's short path adds
+        # to them inline (engine/execute.py)
+        self.last_group: tuple | None = None
+        self.last_totals: GroupTotals | None = None
+        self.stale: frozenset | None = None  # set by the loop, taken by the thread
+        self.retired: list[tuple] = []  # (group or extra key, its totals) let go
+        self._seen: dict[object, Any] = {}  # totals -> their values at the last look
         self._seen_idle = 0.0
 
     def add(
@@ -321,6 +355,8 @@ class ThreadAccount:
         """A task of ``group`` (span, prefix) handed to the pool at ``submitted`` ran on
         this thread from ``start`` to ``stop``; ``submitted`` 0 means it was handed
         over the moment the thread was free (a continuation)."""
+        if self.stale is not None:
+            self._retire(group)
         mark = self.mark
         if start > mark:
             if submitted > mark:  # handed over after the thread was free: idle till then
@@ -347,36 +383,86 @@ class ThreadAccount:
         totals.nbytes += nbytes
         if deserialize:
             totals.deserialize += deserialize
+        self.last_group = group
+        self.last_totals = totals
 
     def add_extra(self, group: tuple, digests: list[tuple]) -> None:
         """What ``context_meter`` recorded in a task of ``group``: (label, value, unit)."""
         extra = self.extra
         for label, value, unit in digests:
             key = (*group, label, unit)
-            extra[key] = extra.get(key, 0) + value
+            total = extra.get(key)
+            if total is None:
+                total = extra[key] = _Total()
+            total.value += value
+
+    def _retire(self, keep: tuple) -> None:
+        """On the thread: let go of the groups the loop found stale, but ``keep``."""
+        stale, self.stale = self.stale, None
+        assert stale is not None
+        sums, extra, retired = self.sums, self.extra, self.retired
+        for group in stale:
+            if group != keep:
+                totals = sums.pop(group, None)
+                if totals is not None:
+                    retired.append((group, totals))
+        if extra:
+            for key in [k for k in extra if k[:2] in stale and k[:2] != keep]:
+                retired.append((key, extra.pop(key)))
+        if self.last_group is not None and self.last_group not in sums:
+            self.last_group = self.last_totals = None
 
     def take(self, into: Callable[[tuple, float], None]) -> None:
         """Pass what was added since the last call to ``into(metric key, value)``
         (call from one thread only: the loop)."""
         seen = self._seen
+        unchanged: set[tuple] = set()
         # list() copies in one step under the GIL, even while the thread adds a group
         for group, totals in list(self.sums.items()):
-            now = totals.values()
-            before = seen.get(group, _NO_TASKS)
-            seen[group] = now
-            for (activity, unit), value, old in zip(TASK_FIELDS, now, before, strict=True):
-                if value != old:
-                    into(("execute", *group, activity, unit), value - old)
-        seen_extra = self._seen_extra
-        for key, value in list(self.extra.items()):
-            old = seen_extra.get(key, 0)
+            if self._take_totals(group, totals, into, seen):
+                unchanged.add(group)
+        changed_groups = set()
+        for key, total in list(self.extra.items()):
+            value = total.value
+            old = seen.get(total, 0)
             if value != old:
-                seen_extra[key] = value
+                seen[total] = value
                 into(("execute", *key), value - old)
+                changed_groups.add(key[:2])
+        retired = self.retired
+        while retired:  # their last look; then they are gone for good
+            group, item = retired.pop()
+            if type(item) is _Total:
+                value = item.value - seen.pop(item, 0)
+                if value:
+                    into(("execute", *group), value)
+            else:
+                self._take_totals(group, item, into, seen)
+                seen.pop(item, None)
+        unchanged -= changed_groups
+        if unchanged:
+            self.stale = frozenset(unchanged)
         idle = self.idle
         if idle != self._seen_idle:
             into(("execute", None, None, "idle", "seconds"), idle - self._seen_idle)
             self._seen_idle = idle
+
+    @staticmethod
+    def _take_totals(
+        group: tuple, totals: GroupTotals, into: Callable[[tuple, float], None], seen: dict
+    ) -> bool:
+        """Pass one group's news to ``into``; True if it had none since an earlier look."""
+        now = totals.values()
+        before = seen.get(totals)
+        seen[totals] = now
+        if before is None:
+            before = _NO_TASKS
+        elif before == now:
+            return True
+        for (activity, unit), value, old in zip(TASK_FIELDS, now, before, strict=True):
+            if value != old:
+                into(("execute", *group, activity, unit), value - old)
+        return False
 
 
 class ThreadTimeline:
@@ -434,18 +520,45 @@ class MetricsLedger:
 
     Everything is added on the worker's event loop thread; the heartbeat takes the
     delta by swapping the dict, so nothing is copied or locked.
+
+    ``total`` (``Worker.digests_total``) keeps the detail of the latest
+    ``max_spans`` spans; the execute metrics of older ones are summed under the span
+    ``"folded"``, so a kernel that runs a million ``submit().result()`` calls (a
+    default span each) does not keep a million spans' worth of keys. The scheduler
+    has had every delta by then: nothing it shows is folded here.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_spans: int = 1000) -> None:
         self.total: Metrics = {}
         self._delta: Metrics = {}
+        self.max_spans = max_spans
+        self._by_span: dict[Any, list[tuple]] = {}  # span id -> its keys in total, oldest first
 
     def add(self, key: tuple, value: float) -> None:
         if not value:
             return
         total, delta = self.total, self._delta
-        total[key] = total.get(key, 0) + value
+        old = total.get(key)
+        if old is None:
+            old = 0
+            if len(key) == 5 and key[0] == "execute" and key[1] is not None:
+                self._new_span_key(key)
+        total[key] = old + value
         delta[key] = delta.get(key, 0) + value
+
+    def _new_span_key(self, key: tuple) -> None:
+        keys = self._by_span.get(key[1])
+        if keys is None:
+            keys = self._by_span[key[1]] = []
+            if len(self._by_span) > self.max_spans:
+                self._fold(next(iter(self._by_span)))
+        keys.append(key)
+
+    def _fold(self, span_id: Any) -> None:
+        total = self.total
+        for key in self._by_span.pop(span_id):
+            folded = ("execute", "folded", *key[2:])
+            total[folded] = total.get(folded, 0) + total.pop(key)
 
     def add_many(self, metrics: Metrics) -> None:
         for key, value in metrics.items():

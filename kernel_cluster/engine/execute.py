@@ -14,7 +14,7 @@ import tblib
 
 from ..core import spec as spec_module
 from ..core.keys import Key
-from ..core.metrics import GroupTotals, MeterFrame, ThreadAccount
+from ..core.metrics import MeterFrame, ThreadAccount
 from ..core.sizeof import sizeof
 from ..core.worker_messages import ExecuteFailed, ExecuteSucceeded
 from .meter import context_meter
@@ -60,8 +60,6 @@ class TaskRunner:
     """
 
     __slots__ = (
-        "_group",
-        "_totals",
         "account",
         "cpu_offset",
         "digests",
@@ -74,8 +72,6 @@ class TaskRunner:
 
     def __init__(self, account: ThreadAccount) -> None:
         self.account = account
-        self._group: tuple | None = None  # the group of the last task (see run)
-        self._totals: GroupTotals | None = None  # and its totals in the account
         self.thread = threading.get_ident()
         self.cpu_offset = 0.0  # the thread's CPU clock minus the wall clock (see above)
         self.read_by = 0.0  # when the CPU clock is to be read again, at the latest
@@ -143,12 +139,12 @@ class TaskRunner:
             t_end = _wall()
             account = self.account
             mark = account.mark
-            if submitted <= mark < t_got and group == self._group:
+            if submitted <= mark < t_got and group == account.last_group:
                 # ThreadAccount.add, inlined for a task of the same group as the one
                 # before, picked up after it (no idle in between): all that changes
                 # for a stream of tiny tasks, where a call would cost a third of it
                 account.mark = t_end
-                totals = self._totals
+                totals = account.last_totals
                 totals.cpu += took
                 totals.executor += t_got - mark
                 totals.other += t_end - w1
@@ -160,8 +156,6 @@ class TaskRunner:
                 account.add(
                     group, submitted, t_got, t_end, took, 0.0, t_end - w1, t0 - t_got, nbytes
                 )
-                self._group = group
-                self._totals = account.sums[group]
             anchor = t_got + self.to_time
             if t0 == t_got:
                 startstops = [("compute", anchor, anchor + took)]

@@ -250,3 +250,62 @@ def test_ledger_delta_is_taken_once_and_totals_keep_growing():
     add_metrics(summed, {("execute", None, "f", "tasks", "count"): 3})
     assert summed[("execute", None, "f", "tasks", "count")] == 5
     assert isinstance(summed[("execute", None, "f", "tasks", "count")], int)
+
+
+def test_thread_account_forgets_groups_that_stopped_changing_and_loses_nothing():
+    """A new default span per ``submit().result()`` means a new group per task: the
+    account must not keep them all (each heartbeat would walk them), and letting
+    them go must neither lose nor repeat a single addition."""
+    tl = ThreadTimeline(busy=True)
+    tl.add_threads([1], now=0.0)
+    account = tl.accounts[1]
+    total: dict = {}
+
+    def look() -> None:
+        for key, value in taken(tl).items():
+            total[key] = total.get(key, 0) + value
+
+    t = 0.0
+    for i in range(2_000):
+        group = (f"span-{i}", "inc")
+        account.add(group, t, t, t + 1.0, 0.5, 0.5, 0.0, 0.0, 8)
+        account.add_extra(group, [("rows", 1, "count")])
+        if i % 3 == 0:  # the same group again, after the loop has looked
+            look()
+            account.add(group, t + 1.0, t + 1.0, t + 2.0, 1.0, 0.0, 0.0, 0.0, 8)
+        t += 2.0
+        if i % 7 == 0:
+            look()
+        assert len(account.sums) < 20 and len(account.extra) < 20
+    look()
+    look()
+    assert not account.retired
+    n = 2_000 + len(range(0, 2_000, 3))
+    cpu = sum(v for k, v in total.items() if k[3] == "thread-cpu")
+    assert sum(v for k, v in total.items() if k[3] == "tasks") == n
+    assert cpu == pytest.approx(0.5 * 2_000 + len(range(0, 2_000, 3)))
+    assert sum(v for k, v in total.items() if k[3] == "rows") == 2_000
+    assert all(v > 0 for v in total.values())
+    # a group that comes back after it was let go starts afresh, and counts once
+    back = ("span-0", "inc")
+    account.add(back, t, t, t + 1.0, 0.25, 0.0, 0.0, 0.0, 1)
+    assert taken(tl)[("execute", *back, "tasks", "count")] == 1
+    # the runner's inline path adds to the last group: never one that was let go
+    assert account.last_group in account.sums
+    assert account.last_totals is account.sums[account.last_group]
+
+
+def test_ledger_totals_keep_the_latest_spans_and_fold_the_older_ones():
+    ledger = MetricsLedger(max_spans=10)
+    for i in range(1_000):
+        ledger.add(("execute", f"span-{i}", "inc", "thread-cpu", "seconds"), 0.5)
+        ledger.add(("execute", f"span-{i}", "inc", "tasks", "count"), 1)
+        ledger.add(("gather-dep", "network", "bytes"), 10)
+    assert len(ledger.total) <= 2 * 11 + 1
+    assert ledger.total[("execute", "span-999", "inc", "tasks", "count")] == 1
+    assert ledger.total[("execute", "folded", "inc", "tasks", "count")] == 990
+    counts = sum(v for k, v in ledger.total.items() if k[-2] == "tasks")
+    assert counts == 1_000  # nothing lost in the fold
+    assert ledger.total[("gather-dep", "network", "bytes")] == 10_000
+    # every delta went out whole: the fold is the worker's own summary
+    assert sum(v for k, v in ledger.take_delta().items() if k[-2] == "tasks") == 1_000
