@@ -23,6 +23,7 @@ straight into their final buffer instead of copying them out of a chunk.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -34,13 +35,18 @@ __all__ = [
     "DEFAULT_MAX_FRAMES",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "MAGIC",
+    "MAX_MESSAGE_SIZE_ENV",
     "FrameDecoder",
     "encode_header",
+    "max_message_size_setting",
 ]
 
 MAGIC = b"KCF1"
 DEFAULT_MAX_MESSAGE_SIZE = 1 << 30  # 1 GiB, all frames together
 DEFAULT_MAX_FRAMES = 16_384
+# Overrides DEFAULT_MAX_MESSAGE_SIZE for the comms a process opens from then on (a
+# byte count). Worker processes inherit it from the kernel, so both ends agree.
+MAX_MESSAGE_SIZE_ENV = "KERNEL_CLUSTER_MAX_MESSAGE_SIZE"
 
 # Anything exposing the buffer protocol; collections.abc.Buffer needs 3.12.
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -52,6 +58,22 @@ _LENGTH = struct.Struct("<Q")
 _STAGE_PREAMBLE = 0
 _STAGE_LENGTHS = 1
 _STAGE_BODY = 2
+
+
+def max_message_size_setting() -> int:
+    """The message size limit in force: ``$KERNEL_CLUSTER_MAX_MESSAGE_SIZE`` or the default."""
+    value = os.environ.get(MAX_MESSAGE_SIZE_ENV)
+    if not value:
+        return DEFAULT_MAX_MESSAGE_SIZE
+    try:
+        limit = int(value)
+    except ValueError:
+        raise ValueError(
+            f"environment variable {MAX_MESSAGE_SIZE_ENV}={value!r} must be a byte count"
+        ) from None
+    if limit < 1024:
+        raise ValueError(f"{MAX_MESSAGE_SIZE_ENV}={limit} is too small; use at least 1024")
+    return limit
 
 
 def _nbytes(frame: Buffer) -> int:

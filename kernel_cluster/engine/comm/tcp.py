@@ -31,7 +31,13 @@ from . import serialize
 from .auth import HELLO_SIZE, PROOF_SIZE, Handshake, check_secret
 from .core import Comm, Handler, ListenerBase
 from .errors import AuthenticationError, CommClosedError, ProtocolError
-from .frames import DEFAULT_MAX_FRAMES, DEFAULT_MAX_MESSAGE_SIZE, FrameDecoder, encode_header
+from .frames import (
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    FrameDecoder,
+    encode_header,
+    max_message_size_setting,
+)
 
 __all__ = ["TcpComm", "TcpListener", "connect", "listen"]
 
@@ -251,11 +257,16 @@ async def connect(
     *,
     secret: bytes | None,
     timeout: float = 10,
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    max_message_size: int | None = None,
     max_frames: int = DEFAULT_MAX_FRAMES,
 ) -> TcpComm:
-    """Connect to ``HOST:PORT`` and authenticate; see ``core.connect``."""
+    """Connect to ``HOST:PORT`` and authenticate; see ``core.connect``.
+
+    ``max_message_size`` defaults to ``frames.max_message_size_setting()``.
+    """
     secret = _require_secret(secret)
+    if max_message_size is None:
+        max_message_size = max_message_size_setting()
     host, port = parse_location(location, default_port=None)
     address = format_address(host, port)
     stream: IOStream | None = None
@@ -356,11 +367,16 @@ async def listen(
     *,
     secret: bytes | None,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    max_message_size: int | None = None,
     max_frames: int = DEFAULT_MAX_FRAMES,
 ) -> TcpListener:
-    """Listen on ``HOST:PORT`` (default 127.0.0.1, a free port); see ``core.listen``."""
+    """Listen on ``HOST:PORT`` (default 127.0.0.1, a free port); see ``core.listen``.
+
+    ``max_message_size`` defaults to ``frames.max_message_size_setting()``.
+    """
     secret = _require_secret(secret)
+    if max_message_size is None:
+        max_message_size = max_message_size_setting()
     host, port = parse_location(location, default_port=0)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock, *extra = bind_sockets(port, address=host, family=family)
