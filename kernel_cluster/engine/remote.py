@@ -15,7 +15,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.keys import Key
-from .comm import BatchedSend, Comm, CommClosedError, CommError, connect, listen
+from .comm import (
+    BatchedSend,
+    Comm,
+    CommClosedError,
+    CommError,
+    MessageTooLargeError,
+    connect,
+    listen,
+)
+from .execute import pack_exception
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +39,7 @@ class StreamChannel:
 
     def __init__(self, comm: Comm, interval: float = 0.002):
         self.comm = comm
-        self.batched = BatchedSend(comm, interval=interval)
+        self.batched = BatchedSend(comm, interval=interval, on_unsendable=_error_too_large)
 
     def send(self, msgs: list[dict]) -> None:
         try:
@@ -45,6 +54,33 @@ class StreamChannel:
     def abort(self) -> None:
         self.batched.abort()
         self.comm.abort()
+
+
+def _error_too_large(msg: Any, exc: Exception) -> Any:
+    """What to send instead of a message that cannot be sent (None: nothing).
+
+    A task's error too large to send fails the task all the same, with an
+    error that quotes its start and names the size and the limit: the future
+    must end, not wait for a message that was dropped.
+    """
+    if not (isinstance(exc, MessageTooLargeError) and isinstance(msg, dict)):
+        return None
+    if msg.get("op") != "task-erred":
+        return None
+    text = str(msg.get("text", ""))
+    head = text[:_ERROR_HEAD] + (" [...]" if len(text) > _ERROR_HEAD else "")
+    error = MessageTooLargeError(
+        f"The error of task {msg.get('key')!r}", exc.size, exc.limit, detail=f"{head}\n\n"
+    )
+    return {
+        **msg,
+        "exception": pack_exception(error, None)[0],
+        "traceback": None,
+        "text": str(error),
+    }
+
+
+_ERROR_HEAD = 2000  # characters of an oversize error that are kept
 
 
 class ConnectionPool:
@@ -112,14 +148,36 @@ class RemoteData:
     async def get_data(
         self, peer: str, keys: list[Key], stats: dict | None = None
     ) -> tuple[dict, dict]:
-        try:
-            msg = {"op": "get-data", "keys": keys, "who": self.who}
-            reply = await self.pool.rpc(peer, msg, stats)
-        except (TimeoutError, CommError, OSError) as exc:
-            raise OSError(f"could not get data from {peer}: {exc}") from exc
-        data, nbytes = dict(reply["data"]), dict(reply["nbytes"])
-        if reply.get("errors"):
-            raise UnserializableResults(peer, data, nbytes, dict(reply["errors"]))
+        """The values of ``keys`` that ``peer`` holds, and their sizes.
+
+        A peer whose reply would exceed the message size limit sends what fits
+        and names the rest (``more``): those are asked for again, until done.
+        """
+        data: dict = {}
+        nbytes: dict = {}
+        errors: dict = {}
+        bytes_read = 0
+        todo = list(keys)
+        while todo:
+            one: dict = {}
+            try:
+                msg = {"op": "get-data", "keys": todo, "who": self.who}
+                reply = await self.pool.rpc(peer, msg, one)
+            except (TimeoutError, CommError, OSError) as exc:
+                raise OSError(f"could not get data from {peer}: {exc}") from exc
+            bytes_read += one.get("bytes_read", 0)
+            data.update(reply["data"])
+            nbytes.update(reply["nbytes"])
+            errors.update(reply.get("errors") or {})
+            more = list(reply.get("more") or ())
+            if len(more) >= len(todo):  # no progress: never loop on a confused peer
+                logger.warning("%s sent none of %d keys asked for", peer, len(todo))
+                break
+            todo = more
+        if stats is not None:
+            stats["bytes_read"] = bytes_read
+        if errors:
+            raise UnserializableResults(peer, data, nbytes, errors)
         return data, nbytes
 
 

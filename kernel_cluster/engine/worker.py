@@ -40,7 +40,7 @@ from ..core.worker_messages import (
     SendTaskFinished,
 )
 from ..core.worker_state import WorkerState, WorkerTask
-from .comm import SerializationError, check_serializable
+from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
 from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .meter import context_meter
 from .pool import TaskThreadPool
@@ -77,6 +77,15 @@ class _Exact:
 def _exact(value: Any) -> Any:
     # other builtins travel exactly; anything else is pickled by the comm layer anyway
     return _Exact(value) if type(value) in (list, tuple, dict) else value
+
+
+# room left in a get-data reply for its body (keys, sizes) besides the values
+_REPLY_HEADROOM = 1 << 20
+
+
+def _wire_size(value: Any, compress: bool) -> int:
+    """Bytes ``value`` takes in a message (an upper bound without ``compress``)."""
+    return sum(memoryview(f).nbytes for f in dumps(value, compress=compress))
 
 
 def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
@@ -662,10 +671,20 @@ class Worker:
         reply = await self.handle_request(msg)
         try:
             written = await comm.write(reply)
-        except SerializationError:  # raised before anything was sent
+        except (SerializationError, MessageTooLargeError) as exc:  # nothing was sent
             if "data" not in reply:
-                raise
-            written = await comm.write(self.drop_unserializable(reply))
+                if isinstance(exc, SerializationError) or "status" not in reply:
+                    raise
+                # a client.run result too large to send: an error, not a broken comm
+                written = await comm.write(
+                    {"status": "error", "exception": pack_exception(exc, None)[0]}
+                )
+                return 0
+            reply = self.drop_unserializable(reply)
+            limit = getattr(comm, "max_message_size", None)
+            if isinstance(exc, MessageTooLargeError) and limit:
+                reply = self.fit_reply(reply, limit)
+            written = await comm.write(reply)
         if "data" not in reply or not reply["data"]:
             return 0
         total = sum(reply["nbytes"].values())
@@ -719,28 +738,60 @@ class Worker:
 
         The scheduler marks each bad key erred, so the task fails rather than hangs.
         """
-        errors = {}
+        errors = reply.setdefault("errors", {})
         for key, value in list(reply["data"].items()):
             try:
                 check_serializable(value, f"the result of task {key!r}")
             except SerializationError as exc:
-                payload, _ = pack_exception(exc, None)
-                errors[key] = (payload, str(exc))
-                del reply["data"][key]
-                reply["nbytes"].pop(key, None)
-                if self.scheduler is not None:
-                    self.scheduler.send(
-                        [
-                            {
-                                "op": "result-unserializable",
-                                "key": key,
-                                "exception": payload,
-                                "text": str(exc),
-                            }
-                        ]
-                    )
+                self._unsendable(reply, key, exc)
         reply["errors"] = errors
         return reply
+
+    def fit_reply(self, reply: dict, limit: int) -> dict:
+        """A get-data reply over the message size limit: as many values as fit.
+
+        Keys left out are listed in ``more`` for the requester to ask again (see
+        ``RemoteData.get_data``); a value that alone is over the limit fails its
+        task, with an error naming its size and the limit. Runs only on replies
+        over the limit, so measuring each value (serialising it) is affordable.
+        """
+        budget = limit - min(_REPLY_HEADROOM, limit // 4)
+        used = 0
+        more = []
+        for key, value in list(reply["data"].items()):
+            size = _wire_size(value, compress=False)
+            if size > budget:  # compression might bring it under
+                size = _wire_size(value, compress=True)
+            if size > budget:
+                self._unsendable(
+                    reply, key, MessageTooLargeError(f"the result of task {key!r}", size, limit)
+                )
+            elif used and used + size > budget:
+                more.append(key)
+                del reply["data"][key]
+                reply["nbytes"].pop(key, None)
+            else:
+                used += size
+        reply["more"] = more
+        return reply
+
+    def _unsendable(self, reply: dict, key: Key, exc: Exception) -> None:
+        """Take ``key`` out of a get-data reply, and fail its task on the scheduler."""
+        payload, _ = pack_exception(exc, None)
+        reply.setdefault("errors", {})[key] = (payload, str(exc))
+        del reply["data"][key]
+        reply["nbytes"].pop(key, None)
+        if self.scheduler is not None:
+            self.scheduler.send(
+                [
+                    {
+                        "op": "result-unserializable",
+                        "key": key,
+                        "exception": payload,
+                        "text": str(exc),
+                    }
+                ]
+            )
 
     async def run_function(self, fn: Callable[..., Any]) -> Any:
         """``client.run``: call ``fn(dask_worker=self)`` (or ``fn()``) on this worker's loop."""
