@@ -3,7 +3,15 @@
 Listeners bind 127.0.0.1 unless an address says otherwise. Every accepted
 connection first runs the handshake of ``auth`` within ``handshake_timeout``
 seconds; a peer that fails it, sends something else or stays silent is
-logged and dropped, and the listener goes on serving others. After the
+logged and dropped, and the listener goes on serving others.
+
+A flood of connections must not take the listener (or its event loop) down:
+at most ``max_handshakes`` connections may be in the handshake at once, and
+those beyond are closed as soon as they are accepted; when accepting fails
+for want of file descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM),
+the listener stops watching its socket for a while (backing off up to a
+second) instead of being woken again at once, and such events are logged at
+most every few seconds, with a count. After the
 handshake, bytes go through ``frames.FrameDecoder`` and ``serialize.loads``;
 a stream that breaks the format is closed (its later bytes cannot be trusted
 to start a message) and the reader gets ``ProtocolError``.
@@ -17,15 +25,16 @@ will live in.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
+import time
 from collections.abc import Awaitable
 from typing import Any
 
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import bind_sockets
 from tornado.tcpclient import TCPClient
-from tornado.tcpserver import TCPServer
 
 from . import serialize
 from .auth import HELLO_SIZE, PROOF_SIZE, Handshake, check_secret
@@ -45,6 +54,12 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 HANDSHAKE_TIMEOUT = 5.0
+MAX_HANDSHAKES = 128  # connections in the handshake at once, per listener
+_ACCEPT_BATCH = 64  # accepts per wake-up, so that other work gets its turn
+_BACKOFF_MIN = 0.05  # seconds without accepting after EMFILE & co, doubling
+_BACKOFF_MAX = 1.0
+_LOG_EVERY = 5.0  # seconds between two warnings about refused connections
+_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _READ_CHUNK = 64 * 1024  # small pieces: one read may hold many messages
 _DIRECT_READ_MIN = 64 * 1024  # frame bodies at least this big bypass the chunking
 _DIRECT_READ_MAX = 16 * 1024 * 1024  # stays under tornado's max_buffer_size
@@ -218,7 +233,17 @@ async def _client_handshake(stream: IOStream, secret: bytes, address: str) -> No
     handshake = Handshake(secret, "client")
     stream.write(handshake.hello)
     try:
-        handshake.receive_hello(await stream.read_bytes(HELLO_SIZE))
+        hello = await stream.read_bytes(HELLO_SIZE)
+    except StreamClosedError:
+        # Closed before the server even said hello: it is refusing connections
+        # for now (too many in the handshake), which a retry may get past.
+        raise CommClosedError(
+            address,
+            "the server closed the connection before its handshake: it is refusing "
+            "connections for now (too many connecting at once); retry later",
+        ) from None
+    try:
+        handshake.receive_hello(hello)
         stream.write(handshake.proof())
         proof = await stream.read_bytes(PROOF_SIZE)
     except StreamClosedError:
@@ -296,17 +321,13 @@ async def connect(
     )
 
 
-class _Server(TCPServer):
-    def __init__(self, listener: TcpListener) -> None:
-        super().__init__()
-        self._listener = listener
-
-    def handle_stream(self, stream: IOStream, address: tuple[Any, ...]) -> None:
-        self._listener._accepted(stream, address)
-
-
 class TcpListener(ListenerBase):
-    """Accepts authenticated TCP connections; see ``core.Listener``."""
+    """Accepts authenticated TCP connections; see ``core.Listener``.
+
+    Accepting is done here rather than by tornado's TCPServer, which on EMFILE
+    raises out of its callback and is woken again at once, for as long as the
+    descriptors stay exhausted: a busy loop and a log line per turn.
+    """
 
     def __init__(
         self,
@@ -317,21 +338,95 @@ class TcpListener(ListenerBase):
         handshake_timeout: float,
         max_message_size: int,
         max_frames: int,
+        max_handshakes: int = MAX_HANDSHAKES,
     ) -> None:
         super().__init__(handler)
         host, port = sock.getsockname()[:2]
         self.address = format_address(host, port)
         self._secret = secret
         self.handshake_timeout = handshake_timeout
+        self.max_handshakes = max_handshakes
         self._limits = {"max_message_size": max_message_size, "max_frames": max_frames}
-        self._server = _Server(self)
-        self._server.add_sockets([sock])
+        self._sock = sock
+        sock.setblocking(False)
+        self._loop = asyncio.get_running_loop()
+        self._handshaking = 0
+        self._backoff = 0.0
+        self._resume: asyncio.TimerHandle | None = None
+        self.refused = 0  # connections closed at once: too many in the handshake
+        self.accept_errors = 0  # EMFILE and the like
+        self._last_log = float("-inf")
+        self._unlogged = 0
+        self._loop.add_reader(sock.fileno(), self._on_readable)
 
-    def _accepted(self, stream: IOStream, address: tuple[Any, ...]) -> None:
-        peer = format_address(*address[:2])
-        if self._stopped:
-            stream.close()
+    def _on_readable(self) -> None:
+        for _ in range(_ACCEPT_BATCH):
+            try:
+                conn, address = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                self._pause(exc)
+                return
+            self._backoff = 0.0
+            self._accepted(conn, address)
+
+    def _pause(self, exc: OSError) -> None:
+        """Stop accepting for a while: the error will not clear by retrying now."""
+        self.accept_errors += 1
+        if exc.errno not in _RESOURCE_ERRORS:
+            logger.error("Accepting on %s failed: %s", self.address, exc)
+        self._backoff = min(max(2 * self._backoff, _BACKOFF_MIN), _BACKOFF_MAX)
+        self._log_rate_limited(
+            "Cannot accept connections on %s (%s); retrying in %.2f s",
+            self.address,
+            exc.strerror or exc,
+            self._backoff,
+        )
+        self._loop.remove_reader(self._sock.fileno())
+        self._resume = self._loop.call_later(self._backoff, self._resume_accepting)
+
+    def _resume_accepting(self) -> None:
+        self._resume = None
+        if not self._stopped:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def _log_rate_limited(self, fmt: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._last_log < _LOG_EVERY:
+            self._unlogged += 1
             return
+        if self._unlogged:
+            fmt += " (and %d similar events since the last warning)"
+            args = (*args, self._unlogged)
+        logger.warning(fmt, *args)
+        self._last_log = now
+        self._unlogged = 0
+
+    def _accepted(self, conn: socket.socket, address: tuple[Any, ...]) -> None:
+        if self._stopped:
+            conn.close()
+            return
+        peer = format_address(*address[:2])
+        if self._handshaking >= self.max_handshakes:
+            conn.close()  # before a byte is read or written: costs nothing to keep
+            self.refused += 1
+            self._log_rate_limited(
+                "Closed a connection from %s to %s at once: %d connections are "
+                "already in the handshake (max_handshakes)",
+                peer,
+                self.address,
+                self._handshaking,
+            )
+            return
+        try:
+            stream = IOStream(conn)
+        except Exception:
+            conn.close()
+            raise
+        self._handshaking += 1
         self._spawn(self._authenticate_and_serve(stream, peer), name=f"serve {peer}")
 
     async def _authenticate_and_serve(self, stream: IOStream, peer: str) -> None:
@@ -339,25 +434,35 @@ class TcpListener(ListenerBase):
             async with asyncio.timeout(self.handshake_timeout):
                 await _server_handshake(stream, self._secret)
         except (AuthenticationError, StreamClosedError, TimeoutError) as exc:
+            self._handshaking -= 1
             if isinstance(exc, TimeoutError):
                 reason = f"no complete handshake within {self.handshake_timeout} s"
             elif isinstance(exc, AuthenticationError):
                 reason = exc.reason
             else:
                 reason = "the peer closed the connection during the handshake"
-            logger.warning("Refused connection from %s to %s: %s", peer, self.address, reason)
+            self._log_rate_limited(
+                "Refused connection from %s to %s: %s", peer, self.address, reason
+            )
             stream.close()
             return
         except BaseException:
+            self._handshaking -= 1
             stream.close()  # cancelled by stop(), or a bug: never leak the socket
             raise
+        self._handshaking -= 1
         stream.set_nodelay(True)
         comm = TcpComm(stream, self.address, peer, **self._limits)
         await self._serve(comm)
 
     async def stop(self) -> None:
         if not self._stopped:
-            self._server.stop()
+            self._stopped = True
+            if self._resume is not None:
+                self._resume.cancel()
+            else:
+                self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
         await self._stop_serving()
 
 
@@ -369,6 +474,7 @@ async def listen(
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     max_message_size: int | None = None,
     max_frames: int = DEFAULT_MAX_FRAMES,
+    max_handshakes: int = MAX_HANDSHAKES,
 ) -> TcpListener:
     """Listen on ``HOST:PORT`` (default 127.0.0.1, a free port); see ``core.listen``.
 
@@ -389,4 +495,5 @@ async def listen(
         handshake_timeout=handshake_timeout,
         max_message_size=max_message_size,
         max_frames=max_frames,
+        max_handshakes=max_handshakes,
     )
