@@ -78,9 +78,7 @@ def test_result_over_the_limit_fails_that_task_only(limited: Client) -> None:
 def test_gather_of_results_adding_up_past_the_limit(limited: Client) -> None:
     client = limited
     workers = list(client.scheduler_info()["workers"])
-    futures = [
-        client.submit(make_bytes, int(1.5 * MiB), i, workers=workers[:1]) for i in range(8)
-    ]
+    futures = [client.submit(make_bytes, int(1.5 * MiB), i, workers=workers[:1]) for i in range(8)]
     values = client.gather(futures)  # 12 MiB from one worker
     assert [hashlib.sha1(v).digest() for v in values] == [
         hashlib.sha1(make_bytes(int(1.5 * MiB), i)).digest() for i in range(8)
