@@ -29,33 +29,6 @@ from .execute import pack_exception
 logger = logging.getLogger(__name__)
 
 
-class StreamChannel:
-    """The channel interface over a BatchedSend.
-
-    Batching is adaptive (see BatchedSend): a dependency chain must not wait a
-    timer at every step, while 10,000 small tasks finishing should not mean
-    10,000 writes.
-    """
-
-    def __init__(self, comm: Comm, interval: float = 0.002):
-        self.comm = comm
-        self.batched = BatchedSend(comm, interval=interval, on_unsendable=_error_too_large)
-
-    def send(self, msgs: list[dict]) -> None:
-        try:
-            self.batched.send(*msgs)
-        except CommClosedError:
-            pass  # the reader notices the broken stream and removes the peer
-
-    async def close(self) -> None:
-        with contextlib.suppress(CommError, OSError):
-            await self.batched.close()
-
-    def abort(self) -> None:
-        self.batched.abort()
-        self.comm.abort()
-
-
 def _error_too_large(msg: Any, exc: Exception) -> Any:
     """What to send instead of a message that cannot be sent (None: nothing).
 
@@ -81,6 +54,40 @@ def _error_too_large(msg: Any, exc: Exception) -> Any:
 
 
 _ERROR_HEAD = 2000  # characters of an oversize error that are kept
+
+
+class StreamChannel:
+    """The channel interface over a BatchedSend.
+
+    Batching is adaptive (see BatchedSend): a dependency chain must not wait a
+    timer at every step, while 10,000 small tasks finishing should not mean
+    10,000 writes.
+    """
+
+    def __init__(
+        self,
+        comm: Comm,
+        interval: float = 0.002,
+        on_unsendable: Callable[[Any, Exception], Any] = _error_too_large,
+    ):
+        """``on_unsendable``: see BatchedSend; by default a task's error too large
+        to send is replaced by a smaller one (a worker's stream)."""
+        self.comm = comm
+        self.batched = BatchedSend(comm, interval=interval, on_unsendable=on_unsendable)
+
+    def send(self, msgs: list[dict]) -> None:
+        try:
+            self.batched.send(*msgs)
+        except CommClosedError:
+            pass  # the reader notices the broken stream and removes the peer
+
+    async def close(self) -> None:
+        with contextlib.suppress(CommError, OSError):
+            await self.batched.close()
+
+    def abort(self) -> None:
+        self.batched.abort()
+        self.comm.abort()
 
 
 class ConnectionPool:
@@ -227,7 +234,7 @@ class SchedulerServer:
             comm.abort()
             return
         await comm.write({"op": "registered", "time": scheduler.clock()})
-        stream = StreamChannel(comm)
+        stream = StreamChannel(comm, on_unsendable=self._task_too_large(address))
         self._streams[address] = stream
         scheduler.add_worker(
             address,
@@ -253,6 +260,33 @@ class SchedulerServer:
                 if scheduler.worker_channels.get(address) is stream:
                     scheduler.remove_worker(address, reason="connection closed")
             stream.abort()
+
+    def _task_too_large(self, address: str) -> Callable[[Any, Exception], None]:
+        """A task too large to send to its worker fails, as if the worker had said so:
+        its future must end, and nobody else would ever tell the scheduler."""
+
+        def on_unsendable(msg: Any, exc: Exception) -> None:
+            if not (isinstance(exc, MessageTooLargeError) and isinstance(msg, dict)):
+                return
+            if msg.get("op") != "compute-task":
+                return
+            key = msg.get("key")
+            error = MessageTooLargeError(
+                f"Task {key!r} (its function and arguments)", exc.size, exc.limit
+            )
+            erred = {
+                "op": "task-erred",
+                "key": key,
+                "exception": pack_exception(error, None)[0],
+                "traceback": None,
+                "text": str(error),
+                "startstops": [],
+                "thread": None,
+                "stimulus_id": f"too-large-{key}",
+            }
+            self.scheduler.handle_worker_messages(address, [erred])
+
+        return on_unsendable
 
     async def _watch(self) -> None:
         """A worker silent for ``death_timeout`` is treated as dead."""

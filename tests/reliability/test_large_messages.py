@@ -153,3 +153,14 @@ def test_value_above_one_gib_round_trip(monkeypatch: pytest.MonkeyPatch) -> None
         client.close()
         cluster.close()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_task_too_large_to_send_fails(limited: Client) -> None:
+    """A task whose arguments are over the limit fails instead of never starting."""
+    client = limited
+    pids = worker_pids(client)
+    future = client.submit(len, make_bytes(6 * MiB))
+    with pytest.raises(Exception, match=r"(?s)Task 'len-.*6291\d\d\d bytes.*limit"):
+        future.result(timeout=20)
+    assert client.submit(small, 1).result(timeout=10) == 2
+    assert worker_pids(client) == pids
