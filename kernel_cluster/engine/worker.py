@@ -79,8 +79,8 @@ def _exact(value: Any) -> Any:
     return _Exact(value) if type(value) in (list, tuple, dict) else value
 
 
-# room left in a get-data reply for its body (keys, sizes) besides the values
-_REPLY_HEADROOM = 1 << 20
+# room kept in a get-data reply for its body besides the values and keys
+_REPLY_HEADROOM = 64 * 1024
 
 
 def _wire_size(value: Any, compress: bool) -> int:
@@ -755,7 +755,9 @@ class Worker:
         task, with an error naming its size and the limit. Runs only on replies
         over the limit, so measuring each value (serialising it) is affordable.
         """
-        budget = limit - min(_REPLY_HEADROOM, limit // 4)
+        # the body names each key up to twice (data or more, and nbytes)
+        keys_size = 2 * _wire_size(list(reply["data"]), compress=False)
+        budget = max(limit // 2, limit - _REPLY_HEADROOM - keys_size)
         used = 0
         more = []
         for key, value in list(reply["data"].items()):
@@ -763,9 +765,8 @@ class Worker:
             if size > budget:  # compression might bring it under
                 size = _wire_size(value, compress=True)
             if size > budget:
-                self._unsendable(
-                    reply, key, MessageTooLargeError(f"the result of task {key!r}", size, limit)
-                )
+                error = MessageTooLargeError(f"the result of task {key!r}", size, limit)
+                used += self._unsendable(reply, key, error)
             elif used and used + size > budget:
                 more.append(key)
                 del reply["data"][key]
@@ -775,8 +776,11 @@ class Worker:
         reply["more"] = more
         return reply
 
-    def _unsendable(self, reply: dict, key: Key, exc: Exception) -> None:
-        """Take ``key`` out of a get-data reply, and fail its task on the scheduler."""
+    def _unsendable(self, reply: dict, key: Key, exc: Exception) -> int:
+        """Take ``key`` out of a get-data reply, and fail its task on the scheduler.
+
+        Returns about the bytes the error adds to the reply.
+        """
         payload, _ = pack_exception(exc, None)
         reply.setdefault("errors", {})[key] = (payload, str(exc))
         del reply["data"][key]
@@ -792,6 +796,7 @@ class Worker:
                     }
                 ]
             )
+        return len(payload) + len(str(exc))
 
     async def run_function(self, fn: Callable[..., Any]) -> Any:
         """``client.run``: call ``fn(dask_worker=self)`` (or ``fn()``) on this worker's loop."""

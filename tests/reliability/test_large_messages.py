@@ -85,6 +85,14 @@ def test_gather_of_results_adding_up_past_the_limit(limited: Client) -> None:
     ]
 
 
+def test_values_just_under_the_limit_go_one_per_reply(limited: Client) -> None:
+    client = limited
+    workers = list(client.scheduler_info()["workers"])
+    n = LIMIT - 128 * 1024
+    futures = [client.submit(make_bytes, n, i, workers=workers[:1]) for i in range(3)]
+    assert [len(v) for v in client.gather(futures)] == [n] * 3
+
+
 def test_dependencies_adding_up_past_the_limit_between_workers(limited: Client) -> None:
     client = limited
     a, b = list(client.scheduler_info()["workers"])
