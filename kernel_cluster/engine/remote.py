@@ -101,13 +101,19 @@ class ConnectionPool:
         self._closed = False
 
     async def rpc(self, address: str, msg: dict, stats: dict | None = None) -> Any:
-        """Send ``msg`` and return the reply; ``stats["bytes_read"]``: the reply's wire size."""
+        """Send ``msg`` and return the reply; ``stats["bytes_read"]``: the reply's wire size.
+
+        ``msg`` gains ``max_size``: the largest reply this comm accepts.
+        """
         if self._closed:
             raise CommClosedError(address, "connection pool closed")
         idle = self._idle.get(address)
         comm = (
             idle.pop() if idle else await connect(address, secret=self.secret, timeout=self.timeout)
         )
+        limit = getattr(comm, "max_message_size", None)
+        if limit is not None:  # the peer keeps its reply under what we accept
+            msg = {**msg, "max_size": limit}
         try:
             await comm.write(msg)
             before = getattr(comm, "bytes_read", 0)

@@ -669,22 +669,23 @@ class Worker:
     async def _reply(self, comm: Any, msg: dict) -> int:
         start = self.now()
         reply = await self.handle_request(msg)
+        # the requester's limit, if lower than ours: over it, it would drop the comm
+        limit = msg.get("max_size")
+        write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
         try:
-            written = await comm.write(reply)
+            written = await write(reply)
         except (SerializationError, MessageTooLargeError) as exc:  # nothing was sent
             if "data" not in reply:
                 if isinstance(exc, SerializationError) or "status" not in reply:
                     raise
                 # a client.run result too large to send: an error, not a broken comm
-                written = await comm.write(
-                    {"status": "error", "exception": pack_exception(exc, None)[0]}
-                )
+                packed = pack_exception(exc, None)[0]
+                written = await write({"status": "error", "exception": packed})
                 return 0
             reply = self.drop_unserializable(reply)
-            limit = getattr(comm, "max_message_size", None)
-            if isinstance(exc, MessageTooLargeError) and limit:
-                reply = self.fit_reply(reply, limit)
-            written = await comm.write(reply)
+            if isinstance(exc, MessageTooLargeError):
+                reply = self.fit_reply(reply, exc.limit)
+            written = await write(reply)
         if "data" not in reply or not reply["data"]:
             return 0
         total = sum(reply["nbytes"].values())

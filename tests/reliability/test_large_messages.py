@@ -172,3 +172,27 @@ def test_task_too_large_to_send_fails(limited: Client) -> None:
         future.result(timeout=20)
     assert client.submit(small, 1).result(timeout=10) == 2
     assert worker_pids(client) == pids
+
+
+def test_a_requester_with_a_lower_limit_gets_replies_under_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker with a higher limit than the kernel keeps its replies under the kernel's."""
+    monkeypatch.delenv(MAX_MESSAGE_SIZE_ENV, raising=False)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = KernelCluster(n_workers=1, threads_per_worker=2, processes=True, memory_limit=0)
+    client = Client(cluster)
+    try:
+        pids = worker_pids(client)
+        # from here on, the kernel's new comms accept 4 MiB; the worker's, 64 GiB
+        monkeypatch.setenv(MAX_MESSAGE_SIZE_ENV, str(LIMIT))
+        parts = [client.submit(make_bytes, int(1.5 * MiB), i) for i in range(4)]
+        big = client.submit(make_bytes, 6 * MiB)
+        assert [len(v) for v in client.gather(parts)] == [int(1.5 * MiB)] * 4
+        with pytest.raises(Exception, match=r"(?s)6291\d\d\d bytes.*limit.*4194304"):
+            big.result(timeout=20)
+        assert worker_pids(client) == pids
+    finally:
+        client.close()
+        cluster.close()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])

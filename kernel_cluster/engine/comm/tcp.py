@@ -188,13 +188,16 @@ class TcpComm(Comm):
         self.abort()
         return ProtocolError(self.peer_address, reason)
 
-    async def write(self, msg: Any) -> int:
+    async def write(self, msg: Any, *, max_message_size: int | None = None) -> int:
+        """See ``Comm.write``; ``max_message_size`` lowers this comm's limit for
+        this message (to the peer's own limit, when it said what that is)."""
         if self.closed():
             raise CommClosedError(self.peer_address, "the comm is closed")
+        limit = self.max_message_size
+        if max_message_size is not None:
+            limit = min(limit, max_message_size)
         frames = serialize.dumps(msg)
-        header = encode_header(
-            frames, max_message_size=self.max_message_size, max_frames=self.max_frames
-        )
+        header = encode_header(frames, max_message_size=limit, max_frames=self.max_frames)
         nbytes = len(header)
         try:
             # No await until every piece is queued: concurrent writers never interleave.
