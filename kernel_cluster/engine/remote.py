@@ -56,6 +56,14 @@ def _error_too_large(msg: Any, exc: Exception) -> Any:
 _ERROR_HEAD = 2000  # characters of an oversize error that are kept
 
 
+def adopt_lower_limit(comm: Comm, peer_limit: Any) -> None:
+    """Send no message over the peer's limit (if lower than ours) on this comm:
+    it would drop the comm, and with it the worker's stream."""
+    limit = getattr(comm, "max_message_size", None)
+    if isinstance(peer_limit, int) and limit is not None and peer_limit < limit:
+        comm.max_message_size = peer_limit  # type: ignore[attr-defined]
+
+
 class StreamChannel:
     """The channel interface over a BatchedSend.
 
@@ -239,7 +247,14 @@ class SchedulerServer:
             await comm.write({"op": "refused", "reason": f"{address} is already registered"})
             comm.abort()
             return
-        await comm.write({"op": "registered", "time": scheduler.clock()})
+        await comm.write(
+            {
+                "op": "registered",
+                "time": scheduler.clock(),
+                "max_message_size": getattr(comm, "max_message_size", None),
+            }
+        )
+        adopt_lower_limit(comm, reg.get("max_message_size"))
         stream = StreamChannel(comm, on_unsendable=self._task_too_large(address))
         self._streams[address] = stream
         scheduler.add_worker(

@@ -196,3 +196,26 @@ def test_a_requester_with_a_lower_limit_gets_replies_under_it(
         client.close()
         cluster.close()
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_a_worker_with_a_higher_limit_keeps_its_stream_under_the_schedulers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Limits are exchanged at registration: the stream obeys the lower one."""
+    monkeypatch.setenv(MAX_MESSAGE_SIZE_ENV, str(LIMIT))
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = KernelCluster(n_workers=0, processes=True, memory_limit=0)  # 4 MiB scheduler
+    client = Client(cluster)
+    try:
+        monkeypatch.delenv(MAX_MESSAGE_SIZE_ENV)
+        cluster.scale(1)  # a worker with the default limit, 64 GiB
+        pids = worker_pids(client)
+        future = client.submit(raise_huge, 6 * MiB)
+        with pytest.raises(Exception, match=r"(?s)ValueError.*bytes.*limit.*4194304"):
+            future.result(timeout=20)
+        assert client.submit(small, 1).result(timeout=10) == 2
+        assert worker_pids(client) == pids
+    finally:
+        client.close()
+        cluster.close()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
