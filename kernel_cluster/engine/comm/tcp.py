@@ -3,18 +3,19 @@
 Listeners bind 127.0.0.1 unless an address says otherwise. Every accepted
 connection first runs the handshake of ``auth`` within ``handshake_timeout``
 seconds; a peer that fails it, sends something else or stays silent is
-logged and dropped, and the listener goes on serving others.
-
-A flood of connections must not take the listener (or its event loop) down:
-at most ``max_handshakes`` connections may be in the handshake at once, and
-those beyond are closed as soon as they are accepted; when accepting fails
-for want of file descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM),
-the listener stops watching its socket for a while (backing off up to a
-second) instead of being woken again at once, and such events are logged at
-most every few seconds, with a count. After the
+logged and dropped, and the listener goes on serving others. After the
 handshake, bytes go through ``frames.FrameDecoder`` and ``serialize.loads``;
 a stream that breaks the format is closed (its later bytes cannot be trusted
 to start a message) and the reader gets ``ProtocolError``.
+
+A flood of connections must not take the listener (or its event loop) down:
+at most ``max_handshakes`` connections may be in the handshake at once, and
+those beyond are closed as soon as they are accepted (their client gets a
+retryable ``CommClosedError``); when accepting fails for want of file
+descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the listener stops
+watching its socket for a while (backing off up to a second) instead of
+being woken again at once; such events are logged at most every few
+seconds, with a count.
 
 Small reads go through tornado's buffer in chunks; the body of a large frame
 is read straight into its final buffer (``read_into``), so an 8 MB array is,
