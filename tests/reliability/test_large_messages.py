@@ -137,6 +137,43 @@ def _rss_peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def test_frame_above_the_prealloc_size_arrives_whole_and_writable() -> None:
+    """Frames over 64 MiB are received into a memory map: contiguous, writable."""
+    import asyncio
+    import mmap
+
+    import numpy as np
+
+    from kernel_cluster.engine.comm import connect, listen, new_secret
+    from kernel_cluster.engine.comm.frames import DEFAULT_MAX_PREALLOC
+
+    sent = np.random.default_rng(1).integers(0, 1 << 62, (DEFAULT_MAX_PREALLOC + MiB) // 8)
+
+    async def main() -> object:
+        secret = new_secret()
+        got: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def handler(comm) -> None:  # type: ignore[no-untyped-def]
+            got.set_result(await comm.read())
+
+        listener = await listen("tcp://", handler, secret=secret)
+        comm = await connect(listener.address, secret=secret)
+        await comm.write({"x": sent})
+        try:
+            return (await asyncio.wait_for(got, 20))["x"]
+        finally:
+            comm.abort()
+            await listener.stop()
+
+    received = asyncio.run(main())
+    assert np.array_equal(received, sent)
+    assert received.flags.writeable
+    base = received
+    while isinstance(base, np.ndarray | memoryview):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    assert isinstance(base, mmap.mmap)
+
+
 @pytest.mark.slow
 def test_value_above_one_gib_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 1.2 GiB array computed in a worker process reaches the kernel whole."""
