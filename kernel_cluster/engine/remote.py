@@ -15,9 +15,53 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.keys import Key
-from .comm import BatchedSend, Comm, CommClosedError, CommError, connect, listen
+from .comm import (
+    BatchedSend,
+    Comm,
+    CommClosedError,
+    CommError,
+    MessageTooLargeError,
+    connect,
+    listen,
+)
+from .execute import pack_exception
 
 logger = logging.getLogger(__name__)
+
+
+def _error_too_large(msg: Any, exc: Exception) -> Any:
+    """What to send instead of a message that cannot be sent (None: nothing).
+
+    A task's error too large to send fails the task all the same, with an
+    error that quotes its start and names the size and the limit: the future
+    must end, not wait for a message that was dropped.
+    """
+    if not (isinstance(exc, MessageTooLargeError) and isinstance(msg, dict)):
+        return None
+    if msg.get("op") != "task-erred":
+        return None
+    text = str(msg.get("text", ""))
+    head = text[:_ERROR_HEAD] + (" [...]" if len(text) > _ERROR_HEAD else "")
+    error = MessageTooLargeError(
+        f"The error of task {msg.get('key')!r}", exc.size, exc.limit, detail=f"{head}\n\n"
+    )
+    return {
+        **msg,
+        "exception": pack_exception(error, None)[0],
+        "traceback": None,
+        "text": str(error),
+    }
+
+
+_ERROR_HEAD = 2000  # characters of an oversize error that are kept
+
+
+def adopt_lower_limit(comm: Comm, peer_limit: Any) -> None:
+    """Send no message over the peer's limit (if lower than ours) on this comm:
+    it would drop the comm, and with it the worker's stream."""
+    limit = getattr(comm, "max_message_size", None)
+    if isinstance(peer_limit, int) and limit is not None and peer_limit < limit:
+        comm.max_message_size = peer_limit  # type: ignore[attr-defined]
 
 
 class StreamChannel:
@@ -28,9 +72,16 @@ class StreamChannel:
     10,000 writes.
     """
 
-    def __init__(self, comm: Comm, interval: float = 0.002):
+    def __init__(
+        self,
+        comm: Comm,
+        interval: float = 0.002,
+        on_unsendable: Callable[[Any, Exception], Any] = _error_too_large,
+    ):
+        """``on_unsendable``: see BatchedSend; by default a task's error too large
+        to send is replaced by a smaller one (a worker's stream)."""
         self.comm = comm
-        self.batched = BatchedSend(comm, interval=interval)
+        self.batched = BatchedSend(comm, interval=interval, on_unsendable=on_unsendable)
 
     def send(self, msgs: list[dict]) -> None:
         try:
@@ -58,13 +109,19 @@ class ConnectionPool:
         self._closed = False
 
     async def rpc(self, address: str, msg: dict, stats: dict | None = None) -> Any:
-        """Send ``msg`` and return the reply; ``stats["bytes_read"]``: the reply's wire size."""
+        """Send ``msg`` and return the reply; ``stats["bytes_read"]``: the reply's wire size.
+
+        ``msg`` gains ``max_size``: the largest reply this comm accepts.
+        """
         if self._closed:
             raise CommClosedError(address, "connection pool closed")
         idle = self._idle.get(address)
         comm = (
             idle.pop() if idle else await connect(address, secret=self.secret, timeout=self.timeout)
         )
+        limit = getattr(comm, "max_message_size", None)
+        if limit is not None:  # the peer keeps its reply under what we accept
+            msg = {**msg, "max_size": limit}
         try:
             await comm.write(msg)
             before = getattr(comm, "bytes_read", 0)
@@ -112,14 +169,36 @@ class RemoteData:
     async def get_data(
         self, peer: str, keys: list[Key], stats: dict | None = None
     ) -> tuple[dict, dict]:
-        try:
-            msg = {"op": "get-data", "keys": keys, "who": self.who}
-            reply = await self.pool.rpc(peer, msg, stats)
-        except (TimeoutError, CommError, OSError) as exc:
-            raise OSError(f"could not get data from {peer}: {exc}") from exc
-        data, nbytes = dict(reply["data"]), dict(reply["nbytes"])
-        if reply.get("errors"):
-            raise UnserializableResults(peer, data, nbytes, dict(reply["errors"]))
+        """The values of ``keys`` that ``peer`` holds, and their sizes.
+
+        A peer whose reply would exceed the message size limit sends what fits
+        and names the rest (``more``): those are asked for again, until done.
+        """
+        data: dict = {}
+        nbytes: dict = {}
+        errors: dict = {}
+        bytes_read = 0
+        todo = list(keys)
+        while todo:
+            one: dict = {}
+            try:
+                msg = {"op": "get-data", "keys": todo, "who": self.who}
+                reply = await self.pool.rpc(peer, msg, one)
+            except (TimeoutError, CommError, OSError) as exc:
+                raise OSError(f"could not get data from {peer}: {exc}") from exc
+            bytes_read += one.get("bytes_read", 0)
+            data.update(reply["data"])
+            nbytes.update(reply["nbytes"])
+            errors.update(reply.get("errors") or {})
+            more = list(reply.get("more") or ())
+            if len(more) >= len(todo):  # no progress: never loop on a confused peer
+                logger.warning("%s sent none of %d keys asked for", peer, len(todo))
+                break
+            todo = more
+        if stats is not None:
+            stats["bytes_read"] = bytes_read
+        if errors:
+            raise UnserializableResults(peer, data, nbytes, errors)
         return data, nbytes
 
 
@@ -168,8 +247,15 @@ class SchedulerServer:
             await comm.write({"op": "refused", "reason": f"{address} is already registered"})
             comm.abort()
             return
-        await comm.write({"op": "registered", "time": scheduler.clock()})
-        stream = StreamChannel(comm)
+        await comm.write(
+            {
+                "op": "registered",
+                "time": scheduler.clock(),
+                "max_message_size": getattr(comm, "max_message_size", None),
+            }
+        )
+        adopt_lower_limit(comm, reg.get("max_message_size"))
+        stream = StreamChannel(comm, on_unsendable=self._task_too_large(address))
         self._streams[address] = stream
         scheduler.add_worker(
             address,
@@ -195,6 +281,33 @@ class SchedulerServer:
                 if scheduler.worker_channels.get(address) is stream:
                     scheduler.remove_worker(address, reason="connection closed")
             stream.abort()
+
+    def _task_too_large(self, address: str) -> Callable[[Any, Exception], None]:
+        """A task too large to send to its worker fails, as if the worker had said so:
+        its future must end, and nobody else would ever tell the scheduler."""
+
+        def on_unsendable(msg: Any, exc: Exception) -> None:
+            if not (isinstance(exc, MessageTooLargeError) and isinstance(msg, dict)):
+                return
+            if msg.get("op") != "compute-task":
+                return
+            key = msg.get("key")
+            error = MessageTooLargeError(
+                f"Task {key!r} (its function and arguments)", exc.size, exc.limit
+            )
+            erred = {
+                "op": "task-erred",
+                "key": key,
+                "exception": pack_exception(error, None)[0],
+                "traceback": None,
+                "text": str(error),
+                "startstops": [],
+                "thread": None,
+                "stimulus_id": f"too-large-{key}",
+            }
+            self.scheduler.handle_worker_messages(address, [erred])
+
+        return on_unsendable
 
     async def _watch(self) -> None:
         """A worker silent for ``death_timeout`` is treated as dead."""

@@ -40,7 +40,7 @@ from ..core.worker_messages import (
     SendTaskFinished,
 )
 from ..core.worker_state import WorkerState, WorkerTask
-from .comm import SerializationError, check_serializable
+from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
 from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .meter import context_meter
 from .pool import TaskThreadPool
@@ -77,6 +77,15 @@ class _Exact:
 def _exact(value: Any) -> Any:
     # other builtins travel exactly; anything else is pickled by the comm layer anyway
     return _Exact(value) if type(value) in (list, tuple, dict) else value
+
+
+# room kept in a get-data reply for its body besides the values and keys
+_REPLY_HEADROOM = 64 * 1024
+
+
+def _wire_size(value: Any, compress: bool) -> int:
+    """Bytes ``value`` takes in a message (an upper bound without ``compress``)."""
+    return sum(memoryview(f).nbytes for f in dumps(value, compress=compress))
 
 
 def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
@@ -660,12 +669,23 @@ class Worker:
     async def _reply(self, comm: Any, msg: dict) -> int:
         start = self.now()
         reply = await self.handle_request(msg)
+        # the requester's limit, if lower than ours: over it, it would drop the comm
+        limit = msg.get("max_size")
+        write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
         try:
-            written = await comm.write(reply)
-        except SerializationError:  # raised before anything was sent
+            written = await write(reply)
+        except (SerializationError, MessageTooLargeError) as exc:  # nothing was sent
             if "data" not in reply:
-                raise
-            written = await comm.write(self.drop_unserializable(reply))
+                if isinstance(exc, SerializationError) or "status" not in reply:
+                    raise
+                # a client.run result too large to send: an error, not a broken comm
+                packed = pack_exception(exc, None)[0]
+                written = await write({"status": "error", "exception": packed})
+                return 0
+            reply = self.drop_unserializable(reply)
+            if isinstance(exc, MessageTooLargeError):
+                reply = self.fit_reply(reply, exc.limit)
+            written = await write(reply)
         if "data" not in reply or not reply["data"]:
             return 0
         total = sum(reply["nbytes"].values())
@@ -719,28 +739,65 @@ class Worker:
 
         The scheduler marks each bad key erred, so the task fails rather than hangs.
         """
-        errors = {}
+        errors = reply.setdefault("errors", {})
         for key, value in list(reply["data"].items()):
             try:
                 check_serializable(value, f"the result of task {key!r}")
             except SerializationError as exc:
-                payload, _ = pack_exception(exc, None)
-                errors[key] = (payload, str(exc))
-                del reply["data"][key]
-                reply["nbytes"].pop(key, None)
-                if self.scheduler is not None:
-                    self.scheduler.send(
-                        [
-                            {
-                                "op": "result-unserializable",
-                                "key": key,
-                                "exception": payload,
-                                "text": str(exc),
-                            }
-                        ]
-                    )
+                self._unsendable(reply, key, exc)
         reply["errors"] = errors
         return reply
+
+    def fit_reply(self, reply: dict, limit: int) -> dict:
+        """A get-data reply over the message size limit: as many values as fit.
+
+        Keys left out are listed in ``more`` for the requester to ask again (see
+        ``RemoteData.get_data``); a value that alone is over the limit fails its
+        task, with an error naming its size and the limit. Runs only on replies
+        over the limit, so measuring each value (serialising it) is affordable.
+        """
+        # the body names each key up to twice (data or more, and nbytes)
+        keys_size = 2 * _wire_size(list(reply["data"]), compress=False)
+        budget = max(limit // 2, limit - _REPLY_HEADROOM - keys_size)
+        used = 0
+        more = []
+        for key, value in list(reply["data"].items()):
+            size = _wire_size(value, compress=False)
+            if size > budget:  # compression might bring it under
+                size = _wire_size(value, compress=True)
+            if size > budget:
+                error = MessageTooLargeError(f"the result of task {key!r}", size, limit)
+                used += self._unsendable(reply, key, error)
+            elif used and used + size > budget:
+                more.append(key)
+                del reply["data"][key]
+                reply["nbytes"].pop(key, None)
+            else:
+                used += size
+        reply["more"] = more
+        return reply
+
+    def _unsendable(self, reply: dict, key: Key, exc: Exception) -> int:
+        """Take ``key`` out of a get-data reply, and fail its task on the scheduler.
+
+        Returns about the bytes the error adds to the reply.
+        """
+        payload, _ = pack_exception(exc, None)
+        reply.setdefault("errors", {})[key] = (payload, str(exc))
+        del reply["data"][key]
+        reply["nbytes"].pop(key, None)
+        if self.scheduler is not None:
+            self.scheduler.send(
+                [
+                    {
+                        "op": "result-unserializable",
+                        "key": key,
+                        "exception": payload,
+                        "text": str(exc),
+                    }
+                ]
+            )
+        return len(payload) + len(str(exc))
 
     async def run_function(self, fn: Callable[..., Any]) -> Any:
         """``client.run``: call ``fn(dask_worker=self)`` (or ``fn()``) on this worker's loop."""

@@ -14,7 +14,7 @@ import os
 import time
 
 from .comm import Comm, CommError, connect, listen
-from .remote import ConnectionPool, RemoteData, StreamChannel
+from .remote import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -78,11 +78,13 @@ async def serve(
                 "memory_limit": memory_limit,
                 "name": worker.name,
                 "pid": os.getpid(),
+                "max_message_size": getattr(comm, "max_message_size", None),
             }
         )
         reply = await comm.read()
         if reply.get("op") != "registered":
             raise RuntimeError(f"The scheduler refused this worker: {reply.get('reason')}")
+        adopt_lower_limit(comm, reply.get("max_message_size"))
         stream = StreamChannel(comm)
         worker.connect(stream)
         worker.start_periodic(heartbeat_interval)

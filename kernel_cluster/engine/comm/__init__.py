@@ -20,6 +20,7 @@ from .errors import (
     AuthenticationError,
     CommClosedError,
     CommError,
+    MessageTooLargeError,
     ProtocolError,
     SerializationError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "CommError",
     "Handler",
     "Listener",
+    "MessageTooLargeError",
     "ProtocolError",
     "SerializationError",
     "check_serializable",

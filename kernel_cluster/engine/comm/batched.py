@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from .core import Comm
@@ -29,19 +30,29 @@ class BatchedSend:
     iteration; under load, writes happen at most every ``interval`` seconds,
     each carrying everything queued since the last one.
 
-    A message that cannot be serialised is logged and dropped without taking
-    the others down with it. Once the comm breaks, queued messages are lost
-    and ``send`` raises ``CommClosedError``: the owner must reconnect and
-    resend what matters. ``close()`` flushes the queue, then closes the comm.
+    A message that cannot be serialised (or is over the size limit) is
+    logged and dropped without taking the others down with it; if
+    ``on_unsendable(msg, exc)`` returns a message, that one is sent instead
+    (say, an error for the peer to act on, so nobody waits for the lost one).
+    Once the comm breaks, queued messages are lost and ``send`` raises
+    ``CommClosedError``: the owner must reconnect and resend what matters.
+    ``close()`` flushes the queue, then closes the comm.
     Values inside a message must not be mutated after ``send`` (large buffers
     are written straight from their memory).
     """
 
-    def __init__(self, comm: Comm, interval: float = 0.002, burst: int = 4) -> None:
+    def __init__(
+        self,
+        comm: Comm,
+        interval: float = 0.002,
+        burst: int = 4,
+        on_unsendable: Callable[[Any, Exception], Any] | None = None,
+    ) -> None:
         """``interval`` only applies under load: after a batch of at least ``burst``
         messages. Sparse traffic (one task finishing after another in a chain) goes out
         at once, so latency stays low while a busy stream still writes in bulk."""
         self.comm = comm
+        self.on_unsendable = on_unsendable
         self.interval = interval
         self.burst = burst
         self._last_batch = 0
@@ -131,13 +142,29 @@ class BatchedSend:
                 try:
                     self.byte_count += await self.comm.write([msg])
                 except (TypeError, ValueError) as exc_one:
-                    logger.error("Dropped a message to %s: %s", self.comm.peer_address, exc_one)
-                    continue
+                    if not await self._send_instead(msg, exc_one):
+                        continue
                 self.batch_count += 1
                 self.message_count += 1
             return
         self.batch_count += 1
         self.message_count += len(batch)
+
+    async def _send_instead(self, msg: Any, exc: Exception) -> bool:
+        """Send ``on_unsendable``'s replacement for ``msg``; False if none went."""
+        text = str(exc)
+        shown = text if len(text) <= 1000 else text[:1000] + " [...]"
+        replacement = self.on_unsendable(msg, exc) if self.on_unsendable is not None else None
+        if replacement is not None:
+            try:
+                self.byte_count += await self.comm.write([replacement])
+            except (TypeError, ValueError) as exc_again:
+                logger.error("Dropped a message to %s: %s", self.comm.peer_address, exc_again)
+                return False
+            logger.warning("A message to %s was replaced: %s", self.comm.peer_address, shown)
+            return True
+        logger.error("Dropped a message to %s: %s", self.comm.peer_address, shown)
+        return False
 
     async def close(self) -> None:
         """Write everything queued, then close the comm."""

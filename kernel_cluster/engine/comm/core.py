@@ -191,7 +191,7 @@ async def listen(
 
     ``listener.address`` is the real address (with the port chosen when 0
     was asked for). ``secret`` is required for TCP and ignored by inproc.
-    ``options`` go to the transport (TCP: ``handshake_timeout``,
+    ``options`` go to the transport (TCP: ``handshake_timeout``, ``max_handshakes``,
     ``max_message_size``, ``max_frames``).
     """
     scheme, location = parse_address(address)

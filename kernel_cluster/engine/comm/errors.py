@@ -13,6 +13,8 @@ Hierarchy::
         AuthenticationError     the handshake failed (wrong or missing secret)
     TypeError
       SerializationError        a value cannot be pickled or unpickled
+    ValueError
+      MessageTooLargeError      a message exceeds the size limit; nothing was sent
 
 ``CommError`` derives from ``OSError`` so that code handling network
 failures in general (``except OSError``) also handles ours. Authentication
@@ -26,6 +28,7 @@ __all__ = [
     "AuthenticationError",
     "CommClosedError",
     "CommError",
+    "MessageTooLargeError",
     "ProtocolError",
     "SerializationError",
 ]
@@ -115,3 +118,29 @@ class SerializationError(TypeError):
 
     def __reduce__(self):  # type: ignore[override]
         return (type(self), (self.what, self.type_name, self.reason, self.receiving))
+
+
+class MessageTooLargeError(ValueError):
+    """A message (or one value of it) is over the message size limit.
+
+    Raised by the sender before anything is written, so the comm stays usable.
+    ``what`` names the message or value, ``size`` and ``limit`` are in bytes.
+    A ValueError, so code catching the old oversize ``ValueError`` still does.
+    """
+
+    def __init__(self, what: str, size: int, limit: int, detail: str = "") -> None:
+        from .frames import MAX_MESSAGE_SIZE_ENV  # frames imports this module
+
+        self.what = what
+        self.size = size
+        self.limit = limit
+        self.detail = detail
+        super().__init__(
+            f"{detail}{what} is {size} bytes, over the message size limit "
+            f"(max_message_size={limit} bytes), so it cannot be sent to another process. "
+            f"Return smaller pieces (split the data over several tasks), or raise the limit "
+            f"with the environment variable {MAX_MESSAGE_SIZE_ENV} before the cluster starts."
+        )
+
+    def __reduce__(self):  # type: ignore[override]
+        return (type(self), (self.what, self.size, self.limit, self.detail))

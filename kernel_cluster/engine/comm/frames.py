@@ -10,11 +10,26 @@ any out-of-band buffers (see ``serialize``). On the wire::
 ``encode_header`` builds the first two parts; the frames follow as they are,
 so a large buffer is handed to the socket without being copied into a
 bigger one. ``FrameDecoder`` does the reverse and does no I/O at all: feed it
-bytes, take complete messages out. It checks every size against its limits
-*before* allocating, so a hostile or broken peer cannot make it reserve more
-than ``max_message_size`` bytes; any violation raises ``ProtocolError`` and
-leaves the decoder unusable (the stream is out of sync: the only safe
-reaction is to close the connection).
+bytes, take complete messages out. Any violation of the format raises
+``ProtocolError`` and leaves the decoder unusable (the stream is out of sync:
+the only safe reaction is to close the connection).
+
+Limits, and where they belong. Nothing reaches the decoder before the peer
+passed the authentication handshake (``auth``), which reads fixed-size
+pieces: an unauthenticated peer can make us allocate a few dozen bytes per
+connection, no more. After the handshake the peer is trusted (it could send
+us a pickle), so the limits only stop a broken stream or a bug from taking
+the process down:
+
+- ``max_message_size`` (64 GiB unless ``$KERNEL_CLUSTER_MAX_MESSAGE_SIZE``
+  says otherwise) bounds the sum of the announced frame sizes; a sender
+  refuses to send more (``MessageTooLargeError``, nothing written).
+- ``max_prealloc`` bounds what an *announcement* costs: a frame up to that
+  size gets its buffer (a bytearray) at once; a larger one gets an anonymous
+  private memory map, whose pages the kernel commits only as the bytes
+  arrive. Memory held for a connection is thus at most what the peer really
+  sent, plus ``max_prealloc``. A multi-gigabyte array still arrives in one
+  contiguous, writable buffer, as numpy needs it, without a copy.
 
 Besides ``feed``, the decoder offers the ``get_buffer`` / ``buffer_updated``
 pair of asyncio's BufferedProtocol, so a transport can read large frames
@@ -23,27 +38,38 @@ straight into their final buffer instead of copying them out of a chunk.
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TypeAlias
 
-from .errors import ProtocolError
+from .errors import MessageTooLargeError, ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_FRAMES",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_MAX_PREALLOC",
     "MAGIC",
+    "MAX_MESSAGE_SIZE_ENV",
     "FrameDecoder",
     "encode_header",
+    "max_message_size_setting",
 ]
 
 MAGIC = b"KCF1"
-DEFAULT_MAX_MESSAGE_SIZE = 1 << 30  # 1 GiB, all frames together
+DEFAULT_MAX_MESSAGE_SIZE = 1 << 36  # 64 GiB, all frames together
+DEFAULT_MAX_PREALLOC = 64 << 20  # larger frames are committed as their bytes arrive
 DEFAULT_MAX_FRAMES = 16_384
+# Overrides DEFAULT_MAX_MESSAGE_SIZE for the comms a process opens from then on (a
+# byte count). Worker processes inherit it from the kernel, so both ends agree.
+MAX_MESSAGE_SIZE_ENV = "KERNEL_CLUSTER_MAX_MESSAGE_SIZE"
 
 # Anything exposing the buffer protocol; collections.abc.Buffer needs 3.12.
 Buffer: TypeAlias = bytes | bytearray | memoryview
+# A received frame: writable, contiguous, supports the buffer protocol.
+Frame: TypeAlias = bytearray | mmap.mmap
 
 _PREAMBLE = struct.Struct("<4sI")
 _LENGTH = struct.Struct("<Q")
@@ -52,6 +78,22 @@ _LENGTH = struct.Struct("<Q")
 _STAGE_PREAMBLE = 0
 _STAGE_LENGTHS = 1
 _STAGE_BODY = 2
+
+
+def max_message_size_setting() -> int:
+    """The message size limit in force: ``$KERNEL_CLUSTER_MAX_MESSAGE_SIZE`` or the default."""
+    value = os.environ.get(MAX_MESSAGE_SIZE_ENV)
+    if not value:
+        return DEFAULT_MAX_MESSAGE_SIZE
+    try:
+        limit = int(value)
+    except ValueError:
+        raise ValueError(
+            f"environment variable {MAX_MESSAGE_SIZE_ENV}={value!r} must be a byte count"
+        ) from None
+    if limit < 1024:
+        raise ValueError(f"{MAX_MESSAGE_SIZE_ENV}={limit} is too small; use at least 1024")
+    return limit
 
 
 def _nbytes(frame: Buffer) -> int:
@@ -66,27 +108,26 @@ def encode_header(
 ) -> bytes:
     """The preamble and length table that precede ``frames`` on the wire.
 
-    Raises ``ValueError`` (and writes nothing) when the message exceeds the
-    limits, since the receiver would reject it and drop the connection.
+    Raises ``MessageTooLargeError`` (over ``max_message_size``) or ``ValueError``
+    (too many frames) when the receiver would reject the message and drop the
+    connection; the caller then writes nothing.
     """
     sizes = [_nbytes(f) for f in frames]
     if not 1 <= len(sizes) <= max_frames:
         raise ValueError(f"a message must have between 1 and {max_frames} frames, not {len(sizes)}")
     total = sum(sizes)
     if total > max_message_size:
-        raise ValueError(
-            f"message of {total} bytes exceeds max_message_size={max_message_size}; "
-            "send large data in several messages or raise the limit on both ends"
-        )
+        raise MessageTooLargeError("the message", total, max_message_size)
     return _PREAMBLE.pack(MAGIC, len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
 
 
 class FrameDecoder:
     """Incremental decoder: bytes in, complete messages (lists of frames) out.
 
-    Each frame of a decoded message is its own ``bytearray``, so values built
-    on it (a numpy array from an out-of-band buffer) are writable and keep
-    only their own frame alive.
+    Each frame of a decoded message is its own writable buffer (a
+    ``bytearray``, or an ``mmap`` above ``max_prealloc`` bytes), so values
+    built on it (a numpy array from an out-of-band buffer) are writable and
+    keep only their own frame alive.
     """
 
     def __init__(
@@ -94,10 +135,12 @@ class FrameDecoder:
         *,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_frames: int = DEFAULT_MAX_FRAMES,
+        max_prealloc: int = DEFAULT_MAX_PREALLOC,
     ) -> None:
         self.max_message_size = max_message_size
         self.max_frames = max_frames
-        self._ready: deque[list[bytearray]] = deque()
+        self.max_prealloc = max_prealloc
+        self._ready: deque[list[Frame]] = deque()
         self._error: ProtocolError | None = None
         self._start_message()
 
@@ -106,7 +149,7 @@ class FrameDecoder:
         self._target = bytearray(_PREAMBLE.size)
         self._filled = 0
         self._lengths: tuple[int, ...] = ()
-        self._frames: list[bytearray] = []
+        self._frames: list[Frame] = []
 
     # -- input ------------------------------------------------------------------------
 
@@ -173,11 +216,11 @@ class FrameDecoder:
 
     # -- output -----------------------------------------------------------------------
 
-    def next_message(self) -> list[bytearray] | None:
+    def next_message(self) -> list[Frame] | None:
         """The oldest complete message not yet taken, or None."""
         return self._ready.popleft() if self._ready else None
 
-    def __iter__(self) -> Iterator[list[bytearray]]:
+    def __iter__(self) -> Iterator[list[Frame]]:
         """Take every complete message decoded so far, oldest first."""
         while self._ready:
             yield self._ready.popleft()
@@ -198,7 +241,7 @@ class FrameDecoder:
                     self._ready.append(self._frames)
                     self._start_message()
                     return
-                self._target = bytearray(self._lengths[len(self._frames)])
+                self._target = self._new_frame(self._lengths[len(self._frames)])
                 self._filled = 0
 
     def _parse_preamble(self) -> None:
@@ -226,5 +269,17 @@ class FrameDecoder:
             )
         self._stage = _STAGE_BODY
         self._lengths = lengths
-        self._target = bytearray(lengths[0])
+        self._target = self._new_frame(lengths[0])
         self._filled = 0
+
+    def _new_frame(self, size: int) -> Frame:
+        if size <= self.max_prealloc:
+            return bytearray(size)
+        try:
+            # Private and anonymous: pages are committed as they are written,
+            # and given back to the system when the last view of it goes.
+            return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+        except (OSError, ValueError, OverflowError) as exc:
+            raise ProtocolError(
+                reason=f"cannot reserve {size} bytes for an announced frame: {exc}"
+            ) from exc

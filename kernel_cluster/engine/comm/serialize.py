@@ -64,6 +64,11 @@ _CODEC_NONE, _CODEC_LZ4 = 0, 1
 # random floats do not, so they go as they are; repetitive data (zeros, text, ids) does.
 _COMPRESS_SAMPLE = 10_000
 _COMPRESS_RATIO = 0.9
+# lz4's block format takes at most this much input; bigger buffers go as they are.
+_LZ4_MAX_INPUT = 0x7E000000
+# lz4 cannot expand data more than about 255 times: a larger announced size is a
+# broken message, refused before the decompressor reserves it.
+_LZ4_MAX_RATIO = 256
 
 _INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
 
@@ -153,6 +158,8 @@ class _Encoder:
 
 def _maybe_compress(raw: memoryview) -> bytes | None:
     """lz4 of a buffer worth compressing, else None (meters ``compress``)."""
+    if raw.nbytes > _LZ4_MAX_INPUT:
+        return None
     with context_meter.meter("compress"):
         sample = raw[:_COMPRESS_SAMPLE] if raw.nbytes > _COMPRESS_SAMPLE else raw
         if len(lz4.block.compress(sample, store_size=False)) > _COMPRESS_RATIO * sample.nbytes:
@@ -220,6 +227,11 @@ def _loads(frames: Sequence[bytes | bytearray | memoryview]) -> Any:
                 for i in range(count):
                     codec, size = _CODEC_REF.unpack_from(data, offset + i * _CODEC_REF.size)
                     if codec == _CODEC_LZ4:
+                        packed = memoryview(buffers[i]).nbytes
+                        if size > min(_LZ4_MAX_INPUT, _LZ4_MAX_RATIO * packed + 64):
+                            raise ProtocolError(
+                                reason=f"lz4 frame of {packed} bytes announces {size} bytes"
+                            )
                         with context_meter.meter("decompress"):
                             buffers[i] = lz4.block.decompress(buffers[i], uncompressed_size=size)
                     elif codec != _CODEC_NONE:
