@@ -219,7 +219,7 @@ def check_metric(label: Any, value: Any, unit: Any) -> None:
     except TypeError:
         raise TypeError(
             f"Metric label {label!r} cannot be used: labels must be hashable (a str or a "
-            "tuple of str), not {type(label).__name__}."
+            f"tuple of str), not {type(label).__name__}."
         ) from None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(

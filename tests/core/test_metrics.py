@@ -13,6 +13,7 @@ from kernel_cluster.core.metrics import (
     MetricsLedger,
     ThreadTimeline,
     add_metrics,
+    check_metric,
 )
 
 
@@ -309,3 +310,8 @@ def test_ledger_totals_keep_the_latest_spans_and_fold_the_older_ones():
     assert ledger.total[("gather-dep", "network", "bytes")] == 10_000
     # every delta went out whole: the fold is the worker's own summary
     assert sum(v for k, v in ledger.take_delta().items() if k[-2] == "tasks") == 1_000
+
+
+def test_an_unhashable_label_is_named_by_its_type():
+    with pytest.raises(TypeError, match=r"not list\.$"):
+        check_metric(["I/O"], 1.0, "seconds")
