@@ -44,11 +44,12 @@ class LocalDirectory:
         self.remote = remote
 
     async def get_data(
-        self, peer: str, keys: list[Key], stats: dict | None = None
+        self, peer: str, keys: list[Key], stats: dict | None = None, who: str = "scheduler"
     ) -> tuple[dict, dict]:
+        """``who`` reads ``keys`` from ``peer`` (logged by ``peer`` as sent to ``who``)."""
         worker = self.workers.get(peer)
         if worker is not None:
-            return worker.get_data(keys, "")
+            return worker.send_data(keys, who)
         if self.remote is not None and not peer.startswith("inproc://"):
             return await self.remote.get_data(peer, keys, stats)
         raise OSError(f"Worker {peer} is gone")

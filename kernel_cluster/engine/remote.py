@@ -167,9 +167,10 @@ class RemoteData:
         self.who = who
 
     async def get_data(
-        self, peer: str, keys: list[Key], stats: dict | None = None
+        self, peer: str, keys: list[Key], stats: dict | None = None, who: str | None = None
     ) -> tuple[dict, dict]:
-        """The values of ``keys`` that ``peer`` holds, and their sizes.
+        """The values of ``keys`` that ``peer`` holds, and their sizes (``who``: the
+        reader that ``peer`` logs the transfer to, if not this one's own name).
 
         A peer whose reply would exceed the message size limit sends what fits
         and names the rest (``more``): those are asked for again, until done.
@@ -182,7 +183,7 @@ class RemoteData:
         while todo:
             one: dict = {}
             try:
-                msg = {"op": "get-data", "keys": todo, "who": self.who}
+                msg = {"op": "get-data", "keys": todo, "who": who or self.who}
                 reply = await self.pool.rpc(peer, msg, one)
             except (TimeoutError, CommError, OSError) as exc:
                 raise OSError(f"could not get data from {peer}: {exc}") from exc

@@ -105,7 +105,9 @@ class Channel(Protocol):
 class PeerData(Protocol):
     """How a worker reads keys held by another worker."""
 
-    async def get_data(self, peer: str, keys: list[Key]) -> tuple[dict, dict]: ...
+    async def get_data(
+        self, peer: str, keys: list[Key], stats: dict | None = None, who: str = ...
+    ) -> tuple[dict, dict]: ...
 
 
 class Worker:
@@ -130,6 +132,7 @@ class Worker:
         profile: bool = True,
         profile_interval: float = 0.01,
         profile_cycle_interval: float = 1.0,
+        transfer_log_length: int = 10_000,
     ):
         self.address = address
         self.name = name or address
@@ -174,8 +177,10 @@ class Worker:
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.timeline.add_threads(self.pool.idents, time.perf_counter())
         self._use_fine_metrics(fine_metrics)
-        self.transfer_incoming_log: list[dict] = []
-        self.transfer_outgoing_log: list[dict] = []
+        # the latest transfers in and out (dicts of peer, keys, total, compressed, start,
+        # stop): the performance report's bandwidth charts read them
+        self.transfer_incoming_log: deque[dict] = deque(maxlen=transfer_log_length)
+        self.transfer_outgoing_log: deque[dict] = deque(maxlen=transfer_log_length)
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
         # these threads; its thread starts with the periodic tasks, and stops on close
         self.executing_by_thread: dict[int, tuple[Key, str]] = {}
@@ -574,7 +579,9 @@ class Worker:
             start = self.now()
             stats: dict = {}
             try:
-                data, nbytes = await self.peers.get_data(inst.worker, inst.keys, stats)
+                data, nbytes = await self.peers.get_data(
+                    inst.worker, inst.keys, stats, who=self.address
+                )
             except UnserializableResults as exc:  # those keys fail on the scheduler
                 data, nbytes = exc.data, exc.nbytes
             except Exception as exc:
@@ -688,13 +695,28 @@ class Worker:
             written = await write(reply)
         if "data" not in reply or not reply["data"]:
             return 0
-        total = sum(reply["nbytes"].values())
+        return self._log_sent(msg.get("who", ""), reply["data"], reply["nbytes"], written, start)
+
+    def send_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
+        """``get_data`` for a reader in this process (an embedded peer, or the kernel's
+        gather): no wire, so what was sent is what was held."""
+        start = self.now()
+        data, nbytes = self.get_data(keys, who)
+        if data:
+            self._log_sent(who, data, nbytes, None, start)
+        return data, nbytes
+
+    def _log_sent(
+        self, who: str, data: dict, nbytes: dict, written: int | None, start: float
+    ) -> int:
+        """Record one transfer out (``written``: bytes on the wire); returns its bytes."""
+        total = sum(nbytes.get(key, 0) for key in data)
         self.transfer_outgoing_log.append(
             {
-                "peer": msg.get("who", ""),
-                "keys": list(reply["data"]),
+                "peer": who,
+                "keys": list(data),
                 "total": total,
-                "compressed": written,
+                "compressed": total if written is None else written,
                 "start": start,
                 "stop": self.now(),
             }
@@ -704,22 +726,9 @@ class Worker:
     async def handle_request(self, msg: dict) -> dict:
         """A peer's (or the kernel's) request on a request/reply connection."""
         op = msg.get("op")
-        if op == "get-data":
-            start = self.now()
+        if op == "get-data":  # logged once sent (_reply)
             data, nbytes = self.get_data(list(msg["keys"]), msg.get("who", ""))
             data = {key: _exact(value) for key, value in data.items()}
-            if data:
-                total = sum(nbytes.values())
-                self.transfer_outgoing_log.append(
-                    {
-                        "peer": msg.get("who", ""),
-                        "keys": list(data),
-                        "total": total,
-                        "compressed": total,
-                        "start": start,
-                        "stop": self.now(),
-                    }
-                )
             return {"status": "OK", "data": data, "nbytes": nbytes}
         if op == "run":
             try:
