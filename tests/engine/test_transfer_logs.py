@@ -10,9 +10,11 @@ from kernel_cluster import Client, KernelCluster
 
 @pytest.fixture(params=[False, True], ids=["embedded", "processes"])
 def two_workers(request: pytest.FixtureRequest):
-    with KernelCluster(n_workers=2, threads_per_worker=1, processes=request.param) as cluster:
-        with Client(cluster) as client:
-            yield client
+    with (
+        KernelCluster(n_workers=2, threads_per_worker=1, processes=request.param) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
 
 
 def logs(client: Client, direction: str) -> dict[str, list[dict]]:
