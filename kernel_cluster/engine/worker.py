@@ -34,6 +34,7 @@ from ..core.worker_messages import (
     GatherDepFailed,
     GatherDepSucceeded,
     PauseChanged,
+    SendCancelledTasksEnded,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
@@ -47,6 +48,7 @@ from .pool import TaskThreadPool
 from .profiler import Profiler
 from .remote import UnserializableResults
 from .spill import SpillBuffer
+from .trim import trim_memory
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +120,7 @@ class Worker:
         memory_spill_fraction: float = 0.7,
         memory_pause_fraction: float = 0.8,
         memory_monitor_interval: float = 0.1,
+        memory_stuck_seconds: float = 10.0,
         profile: bool = True,
         profile_interval: float = 0.01,
         profile_cycle_interval: float = 1.0,
@@ -143,6 +146,13 @@ class Worker:
         self.memory_spill_fraction = memory_spill_fraction
         self.memory_pause_fraction = memory_pause_fraction
         self.memory_monitor_interval = memory_monitor_interval
+        # paused this long with no task running and nothing spilled meanwhile, the
+        # worker cannot recover by itself: it calls ``on_memory_stuck`` (a worker process
+        # exits, and its nanny starts a fresh one; its tasks run again elsewhere)
+        self.memory_stuck_seconds = memory_stuck_seconds
+        self.on_memory_stuck: Callable[[], None] | None = None
+        self._stuck_since: float | None = None
+        self._trimmed_at = 0.0
         if data is None and memory_limit and local_directory:
             data = SpillBuffer(
                 os.path.join(local_directory, "spill"), int(memory_limit * memory_target_fraction)
@@ -247,7 +257,9 @@ class Worker:
                     )
                 )
             elif op == "free-keys":
-                events.append(FreeKeysRequested(msg["keys"], msg["stimulus_id"]))
+                events.append(
+                    FreeKeysRequested(msg["keys"], msg["stimulus_id"], msg.get("running", False))
+                )
             elif op == "heartbeat-reply":
                 self._learn_clock_offset(msg)
             elif op == "heartbeat-now":
@@ -328,13 +340,24 @@ class Worker:
             await asyncio.sleep(self.memory_monitor_interval)
 
     def check_memory(self) -> None:
+        """Spill past the spill fraction, pause past the pause fraction (and tell the
+        scheduler, which then sends this worker nothing new), resume below it."""
         limit = self.memory_limit
         data = self.data
         used = self.memory_used()
-        if isinstance(data, SpillBuffer) and used > self.memory_spill_fraction * limit:
-            with context_meter.scope(self._charge_monitor, MeterFrame()):
-                excess = used - int(self.memory_target_fraction * limit)
-                data.evict_until(max(0, data.memory - excess))
+        moved = 0
+        if used > self.memory_spill_fraction * limit or self.state.paused:
+            if isinstance(data, SpillBuffer) and data.memory:
+                with context_meter.scope(self._charge_monitor, MeterFrame()):
+                    excess = used - int(self.memory_target_fraction * limit)
+                    moved = data.evict_until(max(0, data.memory - excess))
+            if not self.in_process:
+                # what was spilled or released is still the process's until trimmed;
+                # with nothing spilled, trim now and then (it walks the whole heap)
+                now = time.monotonic()
+                if moved or now - self._trimmed_at > 1.0:
+                    self._trimmed_at = now
+                    trim_memory()
             used = self.memory_used()
         paused = used > self.memory_pause_fraction * limit
         if paused is not self.state.paused:
@@ -345,7 +368,37 @@ class Worker:
                 used >> 20,
                 limit >> 20,
             )
+            self._stuck_since = None
             self.handle(PauseChanged(paused))
+            if self.scheduler is not None and not self._closed:
+                self.scheduler.send([{"op": "worker-paused", "paused": paused}])
+        if paused:
+            self._check_stuck(used, moved)
+
+    def _check_stuck(self, used: int, moved: int) -> None:
+        """Paused, with no task running that could end and free memory, and nothing
+        spilled: a worker process cannot get out of that by itself."""
+        if self.in_process or moved or self.pool.running:
+            self._stuck_since = None
+            return
+        now = time.monotonic()
+        if self._stuck_since is None:
+            self._stuck_since = now
+            return
+        if now - self._stuck_since < self.memory_stuck_seconds or self.on_memory_stuck is None:
+            return
+        logger.error(
+            "Worker %s restarts: its memory (%d MiB) has stayed above the pause threshold "
+            "(%d MiB) for %.0f s with no task running and nothing left to spill. Its tasks "
+            "and data will be computed again; if this recurs, raise memory_limit or find "
+            "what holds memory outside the task results (globals, caches, leaks).",
+            self.address,
+            used >> 20,
+            int(self.memory_pause_fraction * self.memory_limit) >> 20,
+            now - self._stuck_since,
+        )
+        stuck, self.on_memory_stuck = self.on_memory_stuck, None
+        stuck()
 
     def _charge_monitor(self, label: Any, value: float, unit: str) -> None:
         self.metrics.add(("memory-monitor", label, unit), value)
@@ -449,6 +502,10 @@ class Worker:
             elif t is SendReplicasAdded:
                 msgs.append(
                     {"op": "add-keys", "keys": inst.keys, "nbytes": inst.nbytes, "stimulus_id": ""}
+                )
+            elif t is SendCancelledTasksEnded:
+                msgs.append(
+                    {"op": "tasks-ended", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
                 )
             elif t is SendDependencyUnavailable:
                 msgs.append(
