@@ -178,11 +178,11 @@ class WorkerState:
         ts = self.tasks.get(ev.key)
         if ts is None:
             ts = self.tasks[ev.key] = WorkerTask(ev.key)
-        ts.requested = True
-        ts.cancelled = False
-        if ts.end_awaited:  # the scheduler counts it as processing here again
+        elif ts.end_awaited:  # the scheduler counts it as processing here again
             ts.end_awaited = False
             self._out.append(SendCancelledTasksEnded([ts.key], self._stimulus_id))
+        ts.requested = True
+        ts.cancelled = False
         state = ts.state
         if state == "memory":
             self._out.append(SendTaskFinished(ts.key, ts.nbytes, "", [], None, self._stimulus_id))
@@ -336,10 +336,10 @@ class WorkerState:
         if ts is None or ts.state != "executing":
             return None
         self.executing.discard(ts)
-        if ts.end_awaited:
-            ts.end_awaited = False
-            self._out.append(SendCancelledTasksEnded([key], self._stimulus_id))
         if ts.cancelled:
+            if ts.end_awaited:  # set only on a cancelled task
+                ts.end_awaited = False
+                self._out.append(SendCancelledTasksEnded([key], self._stimulus_id))
             ts.cancelled = False
             self._set_state(ts, "released")
             self._detach(ts)
