@@ -148,10 +148,12 @@ class Worker:
         self.memory_monitor_interval = memory_monitor_interval
         # paused this long with no task running and nothing spilled meanwhile, the
         # worker cannot recover by itself: it calls ``on_memory_stuck`` (a worker process
-        # exits, and its nanny starts a fresh one; its tasks run again elsewhere)
+        # exits, and its nanny starts a fresh one; its tasks run again elsewhere); with
+        # none (an embedded worker) it runs its tasks anyway until memory falls
         self.memory_stuck_seconds = memory_stuck_seconds
         self.on_memory_stuck: Callable[[], None] | None = None
         self._stuck_since: float | None = None
+        self._pause_waived = False
         self._trimmed_at = 0.0
         if data is None and memory_limit and local_directory:
             data = SpillBuffer(
@@ -359,7 +361,10 @@ class Worker:
                     self._trimmed_at = now
                     trim_memory()
             used = self.memory_used()
-        paused = used > self.memory_pause_fraction * limit
+        over = used > self.memory_pause_fraction * limit
+        if not over:
+            self._pause_waived = False
+        paused = over and not self._pause_waived
         if paused is not self.state.paused:
             logger.warning(
                 "Worker %s %s: memory %d MiB of %d MiB",
@@ -368,24 +373,42 @@ class Worker:
                 used >> 20,
                 limit >> 20,
             )
-            self._stuck_since = None
-            self.handle(PauseChanged(paused))
-            if self.scheduler is not None and not self._closed:
-                self.scheduler.send([{"op": "worker-paused", "paused": paused}])
+            self._set_paused(paused)
         if paused:
             self._check_stuck(used, moved)
 
+    def _set_paused(self, paused: bool) -> None:
+        self._stuck_since = None
+        self.handle(PauseChanged(paused))
+        if self.scheduler is not None and not self._closed:
+            self.scheduler.send([{"op": "worker-paused", "paused": paused}])
+
     def _check_stuck(self, used: int, moved: int) -> None:
         """Paused, with no task running that could end and free memory, and nothing
-        spilled: a worker process cannot get out of that by itself."""
-        if self.in_process or moved or self.pool.running:
+        spilled: the worker cannot get out of that by itself."""
+        if moved or self.pool.running:
             self._stuck_since = None
             return
         now = time.monotonic()
         if self._stuck_since is None:
             self._stuck_since = now
             return
-        if now - self._stuck_since < self.memory_stuck_seconds or self.on_memory_stuck is None:
+        if now - self._stuck_since < self.memory_stuck_seconds:
+            return
+        threshold = int(self.memory_pause_fraction * self.memory_limit) >> 20
+        if self.on_memory_stuck is None:  # no nanny to start afresh: better late than never
+            logger.warning(
+                "Worker %s runs tasks again although its memory (%d MiB) is above the pause "
+                "threshold (%d MiB): for %.0f s nothing could be spilled (values that do not "
+                "pickle, or a full disk) and no task ran, so waiting would be forever. Raise "
+                "memory_limit, or free space in the worker's local directory.",
+                self.address,
+                used >> 20,
+                threshold,
+                now - self._stuck_since,
+            )
+            self._pause_waived = True  # until memory falls below the threshold
+            self._set_paused(False)
             return
         logger.error(
             "Worker %s restarts: its memory (%d MiB) has stayed above the pause threshold "
@@ -394,7 +417,7 @@ class Worker:
             "what holds memory outside the task results (globals, caches, leaks).",
             self.address,
             used >> 20,
-            int(self.memory_pause_fraction * self.memory_limit) >> 20,
+            threshold,
             now - self._stuck_since,
         )
         stuck, self.on_memory_stuck = self.on_memory_stuck, None

@@ -14,6 +14,7 @@ replaces it and its tasks run again.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -106,3 +107,41 @@ def test_a_worker_stuck_over_its_limit_is_replaced_and_its_tasks_run_again(small
             timeout=30,
             what="a new worker in place of the stuck one",
         )
+
+
+class Unspillable:
+    """A result the worker counts as ``n`` bytes and cannot write to disk."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.lock = threading.Lock()  # does not pickle
+
+    def __sizeof__(self) -> int:
+        return self.n
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+@pytest.mark.timeout(60)
+def test_an_embedded_worker_that_cannot_spill_runs_its_tasks_anyway():
+    """No nanny can replace an embedded worker: stuck paused, it resumes with a warning."""
+    with (
+        KernelCluster(n_workers=1, threads_per_worker=1, memory_limit="100MB") as cluster,
+        Client(cluster) as client,
+    ):
+        (address,) = client.scheduler_info()["workers"]
+        client.run(_stuck_after, 1.0)
+        big = client.submit(Unspillable, 90_000_000)
+        big.result(timeout=10)
+        wait_for(
+            lambda: client.scheduler_info()["workers"][address]["paused"],
+            timeout=5,
+            what="the worker to pause",
+        )
+        later = client.map(inc, range(3))
+        _, not_done = wait(later, timeout=30)
+        assert not not_done, "tasks on a worker stuck paused hang"
+        assert client.gather(later) == [1, 2, 3]
+        del big
