@@ -475,6 +475,7 @@ class Worker:
         if not instructions:
             return
         msgs: list[dict] = []
+        ended: dict | None = None
         # when this batch's tasks are handed to the pool: the time until a thread
         # starts one is executor (one clock reading for the batch)
         submitted = time.perf_counter() if self.fine_metrics else 0.0
@@ -527,9 +528,10 @@ class Worker:
                     {"op": "add-keys", "keys": inst.keys, "nbytes": inst.nbytes, "stimulus_id": ""}
                 )
             elif t is SendCancelledTasksEnded:
-                msgs.append(
-                    {"op": "tasks-ended", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
-                )
+                if ended is None:  # one message for the batch (a cancel frees one key a go)
+                    ended = {"op": "tasks-ended", "keys": [], "stimulus_id": inst.stimulus_id}
+                    msgs.append(ended)
+                ended["keys"].extend(inst.keys)
             elif t is SendDependencyUnavailable:
                 msgs.append(
                     {
