@@ -55,6 +55,10 @@ logger = logging.getLogger(__name__)
 _NO_DATA: dict = {}
 
 
+def _nothing() -> None:
+    pass
+
+
 def _identity(value: Any) -> Any:
     return value
 
@@ -420,7 +424,9 @@ class Worker:
             threshold,
             now - self._stuck_since,
         )
-        stuck, self.on_memory_stuck = self.on_memory_stuck, None
+        # once: the process is on its way out (not None, which would mean "resume")
+        stuck, self.on_memory_stuck = self.on_memory_stuck, _nothing
+        self._stuck_since = None
         stuck()
 
     def _charge_monitor(self, label: Any, value: float, unit: str) -> None:
