@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         int(args.memory_limit) if args.memory_limit.isdigit() else args.memory_limit, 1
     )
     try:
-        asyncio.run(
+        code = asyncio.run(
             serve(
                 args.address,
                 secret,
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"kernel-cluster-worker: cannot reach {args.address}: {exc}", file=sys.stderr)
         return 1
+    else:
+        return code
     return 0
 
 

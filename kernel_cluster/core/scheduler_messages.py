@@ -92,6 +92,30 @@ class ReplicasAdded:
 
 
 @dataclass(slots=True)
+class WorkerPauseChanged:
+    """``worker`` stopped starting tasks for lack of memory (``paused``), or started again.
+
+    A paused worker gets no new tasks: they go to other workers or wait here.
+    """
+
+    worker: str
+    paused: bool
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class CancelledTasksEnded:
+    """Tasks freed while processing on ``worker`` (``FreeKeys`` with ``running``) no
+    longer take any of its threads: they ended, or had never started."""
+
+    worker: str
+    keys: list[Key]
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
 class ClientReleasedKeys:
     client: str
     keys: list[Key]
@@ -161,11 +185,16 @@ class ComputeTask:
 
 @dataclass(slots=True)
 class FreeKeys:
-    """Drop these keys' data on a worker, or cancel them if they are still running."""
+    """Drop these keys' data on a worker, or cancel them if they are still running.
+
+    ``running``: the keys were processing there; the scheduler counts each as taking a
+    thread until the worker says it has ended (``CancelledTasksEnded``).
+    """
 
     worker: str
     keys: list[Key]
     stimulus_id: str = ""
+    running: bool = False
 
 
 @dataclass(slots=True)
@@ -207,5 +236,7 @@ SchedulerEvent = (
     | ClientRemoved
     | WorkerAdded
     | WorkerRemoved
+    | WorkerPauseChanged
+    | CancelledTasksEnded
 )
 SchedulerInstruction = ComputeTask | FreeKeys | ReportKey | ClusterBusy

@@ -26,6 +26,7 @@ from typing import Any
 
 from .keys import Key, key_group, key_split
 from .scheduler_messages import (
+    CancelledTasksEnded,
     ClientAdded,
     ClientCancelledKeys,
     ClientReleasedKeys,
@@ -41,6 +42,7 @@ from .scheduler_messages import (
     TaskErred,
     TaskFinished,
     WorkerAdded,
+    WorkerPauseChanged,
     WorkerRemoved,
 )
 from .scheduler_tasks import (
@@ -288,8 +290,10 @@ class SchedulerState:
         if ts.worker_restrictions is not None:
             allowed = [workers[a] for a in ts.worker_restrictions if a in workers]
             if allowed:
-                return self._best_of(ts, allowed, saturate=False)
-            if not ts.loose_restrictions:
+                ws = self._best_of(ts, allowed, saturate=False)
+                if ws is not None or not ts.loose_restrictions:
+                    return ws  # None: every allowed worker is paused
+            elif not ts.loose_restrictions:
                 return None
         if ts.dependencies:
             return self._best_of(ts, workers.values(), saturate=False)
@@ -298,13 +302,16 @@ class SchedulerState:
     def _best_of(
         self, ts: TaskState, candidates: Iterable[WorkerRecord], saturate: bool
     ) -> WorkerRecord | None:
-        """Most dependency bytes held locally, then the least occupied."""
+        """Most dependency bytes held locally, then the least occupied; never a paused
+        worker. Cancelled tasks still running on a worker occupy it (``n_ending``)."""
         best = None
         best_score: tuple = ()
         deps = ts.dependencies
         limit_extra = self._extra_slots(ts) if saturate else 0
         for ws in candidates:
-            n = len(ws.processing)
+            if ws.paused:
+                continue
+            n = len(ws.processing) + ws.n_ending
             if saturate and n >= ws.saturation_limit + limit_extra * ws.nthreads:
                 continue
             local = 0
@@ -331,7 +338,7 @@ class SchedulerState:
 
     def _queue(self, ts: TaskState) -> None:
         self._set_state(ts, "queued")
-        if ts.worker_restrictions is not None:
+        if ts.worker_restrictions is not None and not ts.loose_restrictions:
             self.unrunnable.add(ts)
         else:
             heapq.heappush(self.queued, (ts.priority, ts))
@@ -377,8 +384,11 @@ class SchedulerState:
         after a round trip through the scheduler: a chain of tasks runs without waking
         the event loop between its links. Such a task is ``processing`` while its
         input is still processing on the same worker (``waiting_on`` holds it); at most
-        ``nthreads + SEND_AHEAD`` tasks are processing on a worker for this.
+        ``nthreads + SEND_AHEAD`` tasks are processing on a worker for this. A paused
+        worker gets none: they are placed when ``ts`` is done.
         """
+        if ws.paused:
+            return
         for dts in dependents or ts.dependents:
             if dts.state != "waiting" or len(dts.waiting_on) != 1:
                 continue
@@ -406,15 +416,63 @@ class SchedulerState:
     def _refill(self, ws: WorkerRecord) -> None:
         """A slot freed on ``ws``: hand it the highest-priority queued task."""
         queue = self.queued
+        if ws.paused:
+            return
         while queue:
             ts = queue[0][1]
             if ts.state != "queued":
                 heapq.heappop(queue)
                 continue
-            if len(ws.processing) >= ws.saturation_limit + self._extra_slots(ts) * ws.nthreads:
+            if (
+                len(ws.processing) + ws.n_ending
+                >= ws.saturation_limit + self._extra_slots(ts) * ws.nthreads
+            ):
                 break
             heapq.heappop(queue)
             self._send(ts, ws)
+
+    def _stop_processing(self, ts: TaskState, ws: WorkerRecord) -> None:
+        """Take ``ts`` back from ``ws``, where it may be running: a task cannot be
+        interrupted, so it takes a thread there until the worker says it ended."""
+        ws.processing.discard(ts)
+        ts.processing_on = None
+        ws.ending[ts.key] = ws.ending.get(ts.key, 0) + 1
+        ws.n_ending += 1
+        self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id, True))
+
+    def _handle_cancelled_tasks_ended(self, ev: CancelledTasksEnded) -> None:
+        ws = self.workers.get(ev.worker)
+        if ws is None:
+            return
+        ending = ws.ending
+        for key in ev.keys:
+            n = ending.get(key)
+            if n is None:
+                continue
+            if n == 1:
+                del ending[key]
+            else:
+                ending[key] = n - 1
+            ws.n_ending -= 1
+        self._refill(ws)
+
+    def _handle_worker_pause_changed(self, ev: WorkerPauseChanged) -> None:
+        """A paused worker keeps what it has (it spills, and runs it once it resumes)
+        but gets nothing new; resumed, it takes queued work again."""
+        ws = self.workers.get(ev.worker)
+        if ws is None or ws.paused is ev.paused:
+            return
+        ws.paused = ev.paused
+        if ev.paused:
+            return
+        for ts in list(self.unrunnable):  # restricted to paused workers, this one among them
+            if ts.worker_restrictions and ws.address in ts.worker_restrictions:
+                self.unrunnable.discard(ts)
+                self._set_state(ts, "waiting")
+                self._ready.append(ts)
+        self._refill(ws)
+        if ws.ahead_blocked:
+            self._send_blocked_ahead(ws)
 
     def _update_saturation(self, ws: WorkerRecord) -> None:
         sat = self.worker_saturation
@@ -516,9 +574,7 @@ class SchedulerState:
                 ts.who_has = EMPTY
             ws = ts.processing_on
             if ws is not None:  # a dependent running elsewhere: stop it
-                ws.processing.discard(ts)
-                ts.processing_on = None
-                self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+                self._stop_processing(ts, ws)
                 self._refill(ws)
             for dts in ts.waiting_on:
                 dts.discard_waiter(ts)
@@ -587,9 +643,7 @@ class SchedulerState:
             ts = stack.pop()
             ws = ts.processing_on
             if ws is not None:
-                ws.processing.discard(ts)
-                ts.processing_on = None
-                self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+                self._stop_processing(ts, ws)
             self._set_state(ts, "waiting")
             self._requeue_waiting(ts)
             for dts in ts.dependents:
@@ -630,9 +684,7 @@ class SchedulerState:
             if state == "processing":
                 ws = ts.processing_on
                 assert ws is not None
-                ws.processing.discard(ts)
-                ts.processing_on = None
-                self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+                self._stop_processing(ts, ws)
                 self._refill(ws)
             elif state == "memory":
                 for ws in ts.who_has:
@@ -902,6 +954,7 @@ class SchedulerState:
         for ws in self.workers.values():
             for ts in ws.processing:
                 assert ts.processing_on is ws, ts
+            assert ws.n_ending == sum(ws.ending.values()), ws
             for ts in ws.has_what:
                 assert ws in ts.who_has, ts
         for cs in self.clients.values():
@@ -931,4 +984,6 @@ class SchedulerState:
         ClientRemoved: _handle_client_removed,
         WorkerAdded: _handle_worker_added,
         WorkerRemoved: _handle_worker_removed,
+        WorkerPauseChanged: _handle_worker_pause_changed,
+        CancelledTasksEnded: _handle_cancelled_tasks_ended,
     }

@@ -122,11 +122,14 @@ class WorkerRecord:
     __slots__ = (
         "address",
         "ahead_blocked",
+        "ending",
         "has_what",
         "memory_limit",
+        "n_ending",
         "name",
         "nbytes",
         "nthreads",
+        "paused",
         "processing",
         "saturation_limit",
     )
@@ -144,9 +147,17 @@ class WorkerRecord:
         # room (SchedulerState._send_ahead); looked at again, newest first, as tasks
         # finish here. Bounded: forgetting one costs a round trip, not a result.
         self.ahead_blocked: deque[TaskState] = deque(maxlen=32)
+        # paused for lack of memory: it gets no new tasks until it says it resumed
+        self.paused = False
+        # tasks freed while processing here, until the worker says they ended (a
+        # cancelled task runs to its end): key -> times freed. Each takes a thread, so
+        # the worker counts as that much busier (``n_ending`` in all) when tasks are placed
+        self.ending: dict[Key, int] = {}
+        self.n_ending = 0
 
     def __repr__(self) -> str:
-        return f"<WorkerRecord {self.address} processing={len(self.processing)}>"
+        paused = " paused" if self.paused else ""
+        return f"<WorkerRecord {self.address} processing={len(self.processing)}{paused}>"
 
 
 class ClientRecord:

@@ -26,6 +26,8 @@ class ComputeRequested:
 class FreeKeysRequested:
     keys: list[Key]
     stimulus_id: str = ""
+    # the scheduler had them processing here: tell it when they no longer take a thread
+    running: bool = False
 
 
 @dataclass(slots=True)
@@ -151,6 +153,14 @@ class SendDependencyUnavailable:
     stimulus_id: str = ""
 
 
+@dataclass(slots=True)
+class SendCancelledTasksEnded:
+    """Tasks freed while processing here take no thread any more (ended, or never ran)."""
+
+    keys: list[Key]
+    stimulus_id: str = ""
+
+
 WorkerEvent = (
     ComputeRequested
     | FreeKeysRequested
@@ -168,4 +178,5 @@ WorkerInstruction = (
     | SendTaskErred
     | SendReplicasAdded
     | SendDependencyUnavailable
+    | SendCancelledTasksEnded
 )

@@ -38,6 +38,7 @@ from .worker_messages import (
     GatherDepFailed,
     GatherDepSucceeded,
     PauseChanged,
+    SendCancelledTasksEnded,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
@@ -64,6 +65,7 @@ class WorkerTask:
         "cancelled",
         "dependencies",
         "dependents",
+        "end_awaited",
         "key",
         "nbytes",
         "offered",
@@ -95,6 +97,9 @@ class WorkerTask:
         self.requested = False  # the scheduler asked this worker to compute it
         self.offered = False  # waiting, and offered to the thread of its input (ExecuteAfter)
         self.cancelled = False
+        # cancelled while executing, and the scheduler counts it as taking a thread
+        # until told it ended (SendCancelledTasksEnded)
+        self.end_awaited = False
 
     def __repr__(self) -> str:
         flag = " cancelled" if self.cancelled else ""
@@ -173,6 +178,9 @@ class WorkerState:
         ts = self.tasks.get(ev.key)
         if ts is None:
             ts = self.tasks[ev.key] = WorkerTask(ev.key)
+        elif ts.end_awaited:  # the scheduler counts it as processing here again
+            ts.end_awaited = False
+            self._out.append(SendCancelledTasksEnded([ts.key], self._stimulus_id))
         ts.requested = True
         ts.cancelled = False
         state = ts.state
@@ -239,11 +247,33 @@ class WorkerState:
                 self._offer_continuation(dts)
 
     def _handle_free_keys_requested(self, ev: FreeKeysRequested) -> None:
+        if ev.running:
+            self._free_running(ev.keys)
+            return
         for key in ev.keys:
             ts = self.tasks.get(key)
             if ts is not None:
                 ts.requested = False
                 self._release(ts)
+
+    def _free_running(self, keys: list[Key]) -> None:
+        """Free tasks the scheduler had processing here; it counts each as taking a
+        thread until told otherwise: at once for those not executing, at their end for
+        the others."""
+        ended = []
+        for key in keys:
+            ts = self.tasks.get(key)
+            if ts is None:
+                ended.append(key)
+                continue
+            ts.requested = False
+            self._release(ts)
+            if ts.state == "executing":
+                ts.end_awaited = True
+            else:
+                ended.append(key)
+        if ended:
+            self._out.append(SendCancelledTasksEnded(ended, self._stimulus_id))
 
     def _release(self, ts: WorkerTask) -> None:
         state = ts.state
@@ -307,6 +337,9 @@ class WorkerState:
             return None
         self.executing.discard(ts)
         if ts.cancelled:
+            if ts.end_awaited:  # set only on a cancelled task
+                ts.end_awaited = False
+                self._out.append(SendCancelledTasksEnded([key], self._stimulus_id))
             ts.cancelled = False
             self._set_state(ts, "released")
             self._detach(ts)

@@ -92,7 +92,11 @@ class TaskThreadPool:
                 result = run(fn, *args)
             finally:
                 self.running.discard(ident)
+            # let go of the task's inputs and result before the next task or a sleep:
+            # locals here would keep them alive after the worker released them
+            item = fn = args = None
             self.emit(result)
+            result = None
 
     def emit(self, result: Any) -> None:
         """Hand a result to the owner (from a task thread); ``fn`` may call it for

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..core.keys import Key
 from ..core.metrics import add_metrics
 from ..core.scheduler_messages import (
+    CancelledTasksEnded,
     ClientAdded,
     ClientCancelledKeys,
     ClientRemoved,
@@ -30,6 +31,7 @@ from ..core.scheduler_messages import (
     TaskErred,
     TaskFinished,
     WorkerAdded,
+    WorkerPauseChanged,
     WorkerRemoved,
 )
 from ..core.scheduler_state import SchedulerState
@@ -298,6 +300,10 @@ class Scheduler:
                 events.append(
                     DependencyUnavailable(msg["key"], msg["dependency"], address, sid, now)
                 )
+            elif op == "tasks-ended":
+                events.append(CancelledTasksEnded(address, msg["keys"], sid, now))
+            elif op == "worker-paused":
+                events.append(WorkerPauseChanged(address, msg["paused"], sid, now))
             else:
                 logger.warning("Scheduler ignored unknown message %r from %s", op, address)
         self.handle(*events)
@@ -351,11 +357,13 @@ class Scheduler:
                 for msgs in [to_workers.setdefault(a, []) for a in self.worker_channels]:
                     msgs.append({"op": "cluster-busy", "busy": inst.busy})
             elif t is FreeKeys:
-                to_workers.setdefault(inst.worker, []).append(
-                    inst
-                    if inst.worker in self._object_channels
-                    else {"op": "free-keys", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
-                )
+                if inst.worker in self._object_channels:
+                    msg: Any = inst
+                else:
+                    msg = {"op": "free-keys", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
+                    if inst.running:
+                        msg["running"] = True
+                to_workers.setdefault(inst.worker, []).append(msg)
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():
             handler = self.client_handlers.get(client_id)
@@ -487,6 +495,10 @@ class Scheduler:
                     "nthreads": ws.nthreads,
                     "memory_limit": ws.memory_limit,
                     "processing": len(ws.processing),
+                    # tasks cancelled or released while running, which still take a
+                    # thread there until they end (no new task is counted on it)
+                    "cancelled_running": ws.n_ending,
+                    "paused": ws.paused,
                     "nbytes": ws.nbytes,
                     "keys": len(ws.has_what),
                     "memory": self.worker_info.get(ws.address, {}).get("memory", 0),

@@ -34,6 +34,7 @@ from ..core.worker_messages import (
     GatherDepFailed,
     GatherDepSucceeded,
     PauseChanged,
+    SendCancelledTasksEnded,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
@@ -47,10 +48,15 @@ from .pool import TaskThreadPool
 from .profiler import Profiler
 from .remote import UnserializableResults
 from .spill import SpillBuffer
+from .trim import trim_memory
 
 logger = logging.getLogger(__name__)
 
 _NO_DATA: dict = {}
+
+
+def _nothing() -> None:
+    pass
 
 
 def _identity(value: Any) -> Any:
@@ -129,6 +135,7 @@ class Worker:
         memory_spill_fraction: float = 0.7,
         memory_pause_fraction: float = 0.8,
         memory_monitor_interval: float = 0.1,
+        memory_stuck_seconds: float = 10.0,
         profile: bool = True,
         profile_interval: float = 0.01,
         profile_cycle_interval: float = 1.0,
@@ -155,6 +162,15 @@ class Worker:
         self.memory_spill_fraction = memory_spill_fraction
         self.memory_pause_fraction = memory_pause_fraction
         self.memory_monitor_interval = memory_monitor_interval
+        # paused this long with no task running and nothing spilled meanwhile, the
+        # worker cannot recover by itself: it calls ``on_memory_stuck`` (a worker process
+        # exits, and its nanny starts a fresh one; its tasks run again elsewhere); with
+        # none (an embedded worker) it runs its tasks anyway until memory falls
+        self.memory_stuck_seconds = memory_stuck_seconds
+        self.on_memory_stuck: Callable[[], None] | None = None
+        self._stuck_since: float | None = None
+        self._pause_waived = False
+        self._trimmed_at = 0.0
         if data is None and memory_limit and local_directory:
             data = SpillBuffer(
                 os.path.join(local_directory, "spill"), int(memory_limit * memory_target_fraction)
@@ -261,7 +277,9 @@ class Worker:
                     )
                 )
             elif op == "free-keys":
-                events.append(FreeKeysRequested(msg["keys"], msg["stimulus_id"]))
+                events.append(
+                    FreeKeysRequested(msg["keys"], msg["stimulus_id"], msg.get("running", False))
+                )
             elif op == "heartbeat-reply":
                 self._learn_clock_offset(msg)
             elif op == "heartbeat-now":
@@ -342,15 +360,29 @@ class Worker:
             await asyncio.sleep(self.memory_monitor_interval)
 
     def check_memory(self) -> None:
+        """Spill past the spill fraction, pause past the pause fraction (and tell the
+        scheduler, which then sends this worker nothing new), resume below it."""
         limit = self.memory_limit
         data = self.data
         used = self.memory_used()
-        if isinstance(data, SpillBuffer) and used > self.memory_spill_fraction * limit:
-            with context_meter.scope(self._charge_monitor, MeterFrame()):
-                excess = used - int(self.memory_target_fraction * limit)
-                data.evict_until(max(0, data.memory - excess))
+        moved = 0
+        if used > self.memory_spill_fraction * limit or self.state.paused:
+            if isinstance(data, SpillBuffer) and data.memory:
+                with context_meter.scope(self._charge_monitor, MeterFrame()):
+                    excess = used - int(self.memory_target_fraction * limit)
+                    moved = data.evict_until(max(0, data.memory - excess))
+            if not self.in_process:
+                # what was spilled or released is still the process's until trimmed;
+                # with nothing spilled, trim now and then (it walks the whole heap)
+                now = time.monotonic()
+                if moved or now - self._trimmed_at > 1.0:
+                    self._trimmed_at = now
+                    trim_memory()
             used = self.memory_used()
-        paused = used > self.memory_pause_fraction * limit
+        over = used > self.memory_pause_fraction * limit
+        if not over:
+            self._pause_waived = False
+        paused = over and not self._pause_waived
         if paused is not self.state.paused:
             logger.warning(
                 "Worker %s %s: memory %d MiB of %d MiB",
@@ -359,7 +391,57 @@ class Worker:
                 used >> 20,
                 limit >> 20,
             )
-            self.handle(PauseChanged(paused))
+            self._set_paused(paused)
+        if paused:
+            self._check_stuck(used, moved)
+
+    def _set_paused(self, paused: bool) -> None:
+        self._stuck_since = None
+        self.handle(PauseChanged(paused))
+        if self.scheduler is not None and not self._closed:
+            self.scheduler.send([{"op": "worker-paused", "paused": paused}])
+
+    def _check_stuck(self, used: int, moved: int) -> None:
+        """Paused, with no task running that could end and free memory, and nothing
+        spilled: the worker cannot get out of that by itself."""
+        if moved or self.pool.running:
+            self._stuck_since = None
+            return
+        now = time.monotonic()
+        if self._stuck_since is None:
+            self._stuck_since = now
+            return
+        if now - self._stuck_since < self.memory_stuck_seconds:
+            return
+        threshold = int(self.memory_pause_fraction * self.memory_limit) >> 20
+        if self.on_memory_stuck is None:  # no nanny to start afresh: better late than never
+            logger.warning(
+                "Worker %s runs tasks again although its memory (%d MiB) is above the pause "
+                "threshold (%d MiB): for %.0f s nothing could be spilled (values that do not "
+                "pickle, or a full disk) and no task ran, so waiting would be forever. Raise "
+                "memory_limit, or free space in the worker's local directory.",
+                self.address,
+                used >> 20,
+                threshold,
+                now - self._stuck_since,
+            )
+            self._pause_waived = True  # until memory falls below the threshold
+            self._set_paused(False)
+            return
+        logger.error(
+            "Worker %s restarts: its memory (%d MiB) has stayed above the pause threshold "
+            "(%d MiB) for %.0f s with no task running and nothing left to spill. Its tasks "
+            "and data will be computed again; if this recurs, raise memory_limit or find "
+            "what holds memory outside the task results (globals, caches, leaks).",
+            self.address,
+            used >> 20,
+            threshold,
+            now - self._stuck_since,
+        )
+        # once: the process is on its way out (not None, which would mean "resume")
+        stuck, self.on_memory_stuck = self.on_memory_stuck, _nothing
+        self._stuck_since = None
+        stuck()
 
     def _charge_monitor(self, label: Any, value: float, unit: str) -> None:
         self.metrics.add(("memory-monitor", label, unit), value)
@@ -413,6 +495,7 @@ class Worker:
         if not instructions:
             return
         msgs: list[dict] = []
+        ended: dict | None = None
         # when this batch's tasks are handed to the pool: the time until a thread
         # starts one is executor (one clock reading for the batch)
         submitted = time.perf_counter() if self.fine_metrics else 0.0
@@ -464,6 +547,11 @@ class Worker:
                 msgs.append(
                     {"op": "add-keys", "keys": inst.keys, "nbytes": inst.nbytes, "stimulus_id": ""}
                 )
+            elif t is SendCancelledTasksEnded:
+                if ended is None:  # one message for the batch (a cancel frees one key a go)
+                    ended = {"op": "tasks-ended", "keys": [], "stimulus_id": inst.stimulus_id}
+                    msgs.append(ended)
+                ended["keys"].extend(inst.keys)
             elif t is SendDependencyUnavailable:
                 msgs.append(
                     {

@@ -19,6 +19,9 @@ from .worker import Worker
 
 logger = logging.getLogger(__name__)
 
+# the exit code of a worker process that stayed paused over its memory limit
+MEMORY_STUCK_EXIT = 75
+
 
 async def serve(
     scheduler_address: str,
@@ -35,7 +38,9 @@ async def serve(
     profile: bool = True,
     profile_interval: float = 0.01,
     profile_cycle_interval: float = 1.0,
-) -> None:
+) -> int:
+    """Serve until the scheduler goes away; the process's exit code (0, or
+    ``MEMORY_STUCK_EXIT`` when the worker gave up for lack of memory)."""
     loop = asyncio.get_running_loop()
     worker: Worker | None = None
 
@@ -86,6 +91,14 @@ async def serve(
             raise RuntimeError(f"The scheduler refused this worker: {reply.get('reason')}")
         adopt_lower_limit(comm, reply.get("max_message_size"))
         stream = StreamChannel(comm)
+        exit_code = 0
+
+        def give_up() -> None:  # stuck over its memory limit: its nanny starts a new one
+            nonlocal exit_code
+            exit_code = MEMORY_STUCK_EXIT
+            comm.abort()
+
+        worker.on_memory_stuck = give_up
         worker.connect(stream)
         worker.start_periodic(heartbeat_interval)
         try:
@@ -93,7 +106,8 @@ async def serve(
                 msgs = await comm.read()
                 worker.handle_scheduler_messages(list(msgs))
         except CommError:
-            logger.info("Worker %s lost its scheduler; shutting down", worker.address)
+            if not exit_code:
+                logger.info("Worker %s lost its scheduler; shutting down", worker.address)
         finally:
             for task in worker._periodic:
                 task.cancel()
@@ -105,3 +119,4 @@ async def serve(
         await pool.close()
         with contextlib.suppress(Exception):
             worker.close()
+    return exit_code
