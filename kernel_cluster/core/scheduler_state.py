@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
+from .blame import running_tasks
 from .keys import Key, key_group, key_split
 from .scheduler_messages import (
     ClientAdded,
@@ -32,6 +33,7 @@ from .scheduler_messages import (
     ClientRemoved,
     ClusterBusy,
     ComputeTask,
+    ComputeTaskAlone,
     DependencyUnavailable,
     FreeKeys,
     GraphSubmitted,
@@ -349,7 +351,7 @@ class SchedulerState:
         else:
             who_has = nbytes = _NO_INPUTS
         self._instructions.append(
-            ComputeTask(
+            (ComputeTaskAlone if ts.alone else ComputeTask)(
                 ws.address,
                 ts.key,
                 ts.spec,
@@ -779,13 +781,20 @@ class SchedulerState:
             return
         self.total_nthreads -= ws.nthreads
         self.spans.nthreads_changed(ev.time, self.total_nthreads)
+        # Blame the tasks that were running at the death (the worker's slots say which);
+        # those merely sent there run again without blame. A task blamed once runs alone
+        # from then on, so that a death beside it does not blame its neighbours, and
+        # its own next death is unambiguous. Slots unknown: every task is a suspect.
+        running = None if ev.running is None else running_tasks(ws.processing, ev.running)
         for ts in sorted(ws.processing):
             if ts.processing_on is not ws:
                 continue  # erred meanwhile with an input that killed the worker
             ws.processing.discard(ts)
             ts.processing_on = None
-            if not ev.expected:
+            if not ev.expected and (running is None or ts in running):
                 ts.suspicious += 1
+                if running is not None:
+                    ts.alone = True
             if ts.suspicious > self.allowed_failures:
                 err = KilledWorker(ts.key, ws.address, self.allowed_failures)
                 self._set_state(ts, "waiting")  # erred from a pending state
