@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
+import functools
 import logging
 import os
+import shutil
+import signal
 import sys
+from collections.abc import Callable
 
 from .engine.cluster import parse_memory_limit
 from .engine.comm import TOKEN_ENV, secret_from_env, secret_from_file
+from .engine.leftovers import remove_cluster_directory, write_owner_file
 from .engine.worker_process import serve
 
 
@@ -51,6 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-file", help=f"file holding the cluster's secret (default: ${TOKEN_ENV})"
     )
+    parser.add_argument(
+        "--owner-pid",
+        type=int,
+        help="the process that started this worker (a kernel's nanny): when it dies, the "
+        "worker exits and cleans up after it (see --cluster-directory)",
+    )
+    parser.add_argument(
+        "--remove-local-directory",
+        action="store_true",
+        help="remove the local directory on exit (always done for one made here)",
+    )
+    parser.add_argument(
+        "--cluster-directory",
+        help="the owner's directory (token, owner file): removed, once empty of workers' "
+        "directories, by a worker that outlives its owner",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     secret = secret_from_file(args.token_file) if args.token_file else secret_from_env()
@@ -64,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         import tempfile
 
         args.local_directory = tempfile.mkdtemp(prefix="kernel-cluster-worker-")
+        args.remove_local_directory = True
+        write_owner_file(args.local_directory)
+    cleanup = functools.partial(_clean_up, args)
+    _exit_with_owner(args.owner_pid, cleanup)
     memory_limit = parse_memory_limit(
         int(args.memory_limit) if args.memory_limit.isdigit() else args.memory_limit, 1
     )
@@ -89,7 +116,54 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"kernel-cluster-worker: cannot reach {args.address}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        cleanup()
     return 0
+
+
+def _owner_gone(owner_pid: int | None) -> bool:
+    # the owner is our parent: once it is gone we are someone else's child, so a pid
+    # reused by another process cannot pass for it
+    return owner_pid is not None and os.getppid() != owner_pid
+
+
+def _clean_up(args: argparse.Namespace) -> None:
+    """Remove what this worker leaves on disk: its directory (spill files), and, when
+    its owner died without cleaning up, the owner's directory once no other worker's
+    directory is left in it (the last worker to go removes it)."""
+    if args.remove_local_directory and args.local_directory:
+        shutil.rmtree(args.local_directory, ignore_errors=True)
+    if args.cluster_directory and _owner_gone(args.owner_pid):
+        remove_cluster_directory(args.cluster_directory)
+
+
+def _exit_with_owner(owner_pid: int | None, cleanup: Callable[[], None]) -> None:
+    """Leave no worker or file behind when the owner dies, even by SIGKILL.
+
+    A responsive worker notices anyway (its scheduler connection closes, ``serve``
+    returns); the kernel's death signal (Linux) also ends one that is still starting
+    or is stuck in a task that releases the GIL. SIGTERM (the signal the nanny stops
+    a worker with, too) cleans up, then ends the process as the signal would have.
+    """
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        cleanup()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    if owner_pid is None:
+        return
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if _owner_gone(owner_pid):  # it died before the death signal was armed
+        cleanup()
+        sys.exit(0)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 if __name__ == "__main__":
