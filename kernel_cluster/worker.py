@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from .engine.cluster import parse_memory_limit
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--owner-pid",
         type=int,
-        help="the process that started this worker (a kernel's nanny): when it dies, the "
+        help="the process that started this worker (its parent, a kernel): when it dies, the "
         "worker exits and cleans up after it (see --cluster-directory)",
     )
     parser.add_argument(
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kernel-cluster-worker: cannot reach {args.address}: {exc}", file=sys.stderr)
         return 1
     finally:
+        _wait_for_owner_death(args.owner_pid)
         cleanup()
     return 0
 
@@ -125,6 +127,22 @@ def _owner_gone(owner_pid: int | None) -> bool:
     # the owner is our parent: once it is gone we are someone else's child, so a pid
     # reused by another process cannot pass for it
     return owner_pid is not None and os.getppid() != owner_pid
+
+
+def _wait_for_owner_death(owner_pid: int | None, timeout: float = 2.0) -> None:
+    """The scheduler's connection closed: if the owner is dying, give it a moment.
+
+    A dying process's sockets close before its children are handed to a new parent,
+    so a worker that saw the connection close may still see its owner as parent, and
+    would leave the owner's directory behind. The owner's death signal (SIGTERM)
+    usually arrives meanwhile and cleans up at once. An owner that lives on (it
+    dropped this worker) stops it with SIGTERM anyway.
+    """
+    if owner_pid is None:
+        return
+    deadline = time.monotonic() + timeout
+    while not _owner_gone(owner_pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _clean_up(args: argparse.Namespace) -> None:
@@ -141,23 +159,31 @@ def _exit_with_owner(owner_pid: int | None, cleanup: Callable[[], None]) -> None
     """Leave no worker or file behind when the owner dies, even by SIGKILL.
 
     A responsive worker notices anyway (its scheduler connection closes, ``serve``
-    returns); the kernel's death signal (Linux) also ends one that is still starting
-    or is stuck in a task that releases the GIL. SIGTERM (the signal the nanny stops
-    a worker with, too) cleans up, then ends the process as the signal would have.
+    returns); the owner's death signal (Linux) also ends one that is still starting
+    or is in a task that lets go of the GIL. SIGTERM (the nanny stops a worker with
+    it) cleans up, then ends the process as the signal would have.
+
+    The death signal is SIGHUP, not SIGTERM: it is sent when the owner's *thread*
+    that started the worker exits, which in a process being killed may come before
+    the process is gone (the worker is then handed to a sibling thread). Its handler
+    waits for the owner process to be gone before cleaning up after it.
     """
 
-    def on_sigterm(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        if signum == signal.SIGHUP:
+            _wait_for_owner_death(owner_pid)
         cleanup()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGTERM, on_signal)
     if owner_pid is None:
         return
+    signal.signal(signal.SIGHUP, on_signal)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
     if _owner_gone(owner_pid):  # it died before the death signal was armed
         cleanup()
         sys.exit(0)

@@ -417,6 +417,8 @@ class KernelCluster:
                 with contextlib.suppress(ProcessLookupError):
                     wp.proc.kill()
                 await wp.proc.wait()
+        if wp.ending is not None:
+            await asyncio.gather(wp.ending, return_exceptions=True)
         if wp.monitor is not None:
             await asyncio.gather(wp.monitor, return_exceptions=True)
 
