@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
         args.local_directory = tempfile.mkdtemp(prefix="kernel-cluster-worker-")
         args.remove_local_directory = True
+    if args.remove_local_directory:  # ours: a sweep may judge it (engine/leftovers.py)
+        os.makedirs(args.local_directory, exist_ok=True)
         write_owner_file(args.local_directory)
     cleanup = functools.partial(_clean_up, args)
     _exit_with_owner(args.owner_pid, cleanup)

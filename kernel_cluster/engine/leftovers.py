@@ -9,7 +9,9 @@ so (a worker killed too) is swept by the next KernelCluster on the machine.
 Each directory holds an owner file: the owning process's pid and start time. A
 directory is stale when no process with that pid and start time runs, so a pid
 reused by another process does not keep a dead kernel's directory alive, and a
-live cluster's directory is never touched.
+live cluster's directory is never touched. Worker processes write one in their
+own directories too: a worker that outlived its kernel without noticing (stuck
+in a task that holds the GIL) is killed by the sweep.
 """
 
 from __future__ import annotations
@@ -50,6 +52,28 @@ def remove_cluster_directory(directory: str) -> None:
         os.rmdir(directory)  # fails while another worker's directory is still there
 
 
+def _kill_orphans(directory: str) -> None:
+    """Kill the worker processes of a dead kernel's directory that still run."""
+    for owner_file in glob.glob(os.path.join(directory, "*", OWNER_FILE)):
+        owner = _read_owner(owner_file)
+        if owner is None or not _alive(*owner):
+            continue
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(owner[0])
+            process.kill()
+            process.wait(2)
+            logger.warning("Killed worker process %d, left running by a dead kernel", owner[0])
+
+
+def _read_owner(path: str) -> tuple[int, float] | None:
+    try:
+        with open(path) as f:
+            owner = json.load(f)
+        return int(owner["pid"]), float(owner["create_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _alive(pid: int, create_time: float | None) -> bool:
     try:
         process = psutil.Process(pid)
@@ -64,14 +88,9 @@ def _alive(pid: int, create_time: float | None) -> bool:
 
 def _owner(directory: str) -> tuple[int, float | None] | None:
     """The owner's pid and start time; None when unknown (then the directory is kept)."""
-    try:
-        with open(os.path.join(directory, OWNER_FILE)) as f:
-            owner = json.load(f)
-        return int(owner["pid"]), float(owner["create_time"])
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    path = os.path.join(directory, OWNER_FILE)
+    if os.path.exists(path):
+        return _read_owner(path)
     # made by a version without owner files, or right now: the pid is in the name
     try:
         if time.time() - os.stat(directory).st_mtime < _GRACE:
@@ -96,6 +115,7 @@ def sweep_stale_directories(root: str | None = None) -> list[str]:
         owner = _owner(directory)
         if owner is None or _alive(*owner):
             continue
+        _kill_orphans(directory)
         shutil.rmtree(directory, ignore_errors=True)
         if not os.path.exists(directory):
             removed.append(directory)

@@ -6,6 +6,7 @@ with short heartbeat and death timeouts so that each runs in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -169,6 +170,58 @@ def test_killed_kernel_leaves_no_worker_or_directory(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+HUNG_KERNEL = """
+import itertools, json, os, sys, time
+from kernel_cluster import Client, KernelCluster
+
+def hold_the_gil(flag):
+    open(flag, "w").close()
+    return sum(itertools.count())
+
+cluster = KernelCluster(n_workers=1, threads_per_worker=1, processes=True)
+client = Client(cluster)
+future = client.submit(hold_the_gil, sys.argv[1])
+deadline = time.monotonic() + 20
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(json.dumps({"dir": cluster.local_directory, "pids": list(cluster.worker_pids().values()),
+                  "running": os.path.exists(sys.argv[1])}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_new_cluster_kills_a_hung_worker_its_dead_kernel_left(tmp_path: Path) -> None:
+    script = tmp_path / "kernel.py"
+    script.write_text(HUNG_KERNEL)
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "running")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        info = json.loads(child.stdout.readline())
+        assert info["running"]
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        # stuck in a task that holds the GIL, the worker cannot act on its owner's death
+        assert not any(gone(p) for p in info["pids"])
+        with KernelCluster(n_workers=0):
+            pass
+        wait_for(lambda: all(gone(p) for p in info["pids"]), 10, "the hung worker to end")
+        assert not os.path.exists(info["dir"])
+    finally:
+        child.kill()
+        child.wait(10)
+        for pid in info["pids"] if "info" in locals() else ():
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
 
 
 def _owner_file(directory: str, pid: int, create_time: float) -> None:
