@@ -368,6 +368,9 @@ class KernelCluster:
                 running=None if wp.stopping else self._running_on(wp.address),
             )
         self._procs.pop(wp.name, None)
+        # a process that crashed could not remove its directory (spill files, slots, now
+        # read): its name is not used again, so nothing else will
+        shutil.rmtree(os.path.join(self.local_directory, wp.name), ignore_errors=True)
         if wp.stopping or self.status not in ("running", "starting"):
             return
         if not wp.registered.is_set():

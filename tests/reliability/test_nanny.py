@@ -121,6 +121,42 @@ def test_task_beside_a_killer_is_not_blamed(tmp_path: Path) -> None:
         assert client.submit(sum, [1, 2]).result(timeout=10) == 3
 
 
+def spill(i: int) -> bytes:
+    return bytes(30_000_000)
+
+
+def spilled(directory: str) -> bool:
+    return any(files for root, _, files in os.walk(directory) if "spill" in root)
+
+
+def test_crashed_worker_leaves_no_spill_files() -> None:
+    with (
+        KernelCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="400 MiB",
+            memory_target_fraction=0.1,
+            memory_spill_fraction=0.95,
+            memory_pause_fraction=0.99,
+            allowed_failures=0,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        data = client.map(spill, range(3))
+        client.gather(data)
+        (first,) = [d for d in os.listdir(cluster.local_directory) if d.startswith("worker")]
+        wait_for(lambda: spilled(os.path.join(cluster.local_directory, first)), 10, "a spill")
+        with pytest.raises(KilledWorker):
+            client.submit(die).result(timeout=20)
+        wait_for(lambda: recovered(cluster, 1), 15, "the cluster to be back to 1 worker")
+        wait_for(
+            lambda: not os.path.exists(os.path.join(cluster.local_directory, first)),
+            10,
+            "the dead worker's directory to go",
+        )
+
+
 # -- 3. a killed kernel leaves no directory behind ---------------------------------------
 
 KERNEL = """
