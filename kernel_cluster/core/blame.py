@@ -2,8 +2,16 @@
 
 A worker process writes the key of each task its threads are running into slots
 (engine/slots.py); after it dies, the scheduler learns the texts found there.
-Only those tasks count the death toward their ``allowed_failures``; tasks that
-merely waited on the worker are run again without blame.
+Tasks that merely waited on the worker are run again without blame.
+
+A task found running becomes a suspect: from then on it runs alone (the worker
+starts nothing beside it), so that a death while it runs is its own. A death with
+one task running counts toward that task's ``allowed_failures``; a death with
+several running is ambiguous (one of them, or their memory together) and counts
+for none of them, but a suspect running alone cannot be in such a death again. So
+every task is charged at most one death it may not have caused, and a task that
+kills every worker it runs on still ends in KilledWorker, after at most
+``allowed_failures + 2`` deaths.
 """
 
 from __future__ import annotations

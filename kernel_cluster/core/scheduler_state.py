@@ -782,17 +782,20 @@ class SchedulerState:
         self.total_nthreads -= ws.nthreads
         self.spans.nthreads_changed(ev.time, self.total_nthreads)
         # Blame the tasks that were running at the death (the worker's slots say which);
-        # those merely sent there run again without blame. A task blamed once runs alone
-        # from then on, so that a death beside it does not blame its neighbours, and
-        # its own next death is unambiguous. Slots unknown: every task is a suspect.
+        # those merely sent there run again without blame. Several running: any of
+        # them, or all together (memory), may have done it. Each becomes a suspect
+        # that runs alone from then on (core/blame.py); its next death is its own and
+        # counts. Slots unknown: every task sent there counts the death, as ever.
         running = None if ev.running is None else running_tasks(ws.processing, ev.running)
+        ambiguous = running is not None and len(running) > 1
         for ts in sorted(ws.processing):
             if ts.processing_on is not ws:
                 continue  # erred meanwhile with an input that killed the worker
             ws.processing.discard(ts)
             ts.processing_on = None
             if not ev.expected and (running is None or ts in running):
-                ts.suspicious += 1
+                if not ambiguous or ts.alone:  # a suspect gets one death uncounted, no more
+                    ts.suspicious += 1
                 if running is not None:
                     ts.alone = True
             if ts.suspicious > self.allowed_failures:

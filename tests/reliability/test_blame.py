@@ -51,11 +51,33 @@ def test_only_the_tasks_running_at_a_death_are_blamed() -> None:
         s.workers["w1"].processing.add(ts)
     out = s.handle_stimulus(WorkerRemoved("w1", running=(b"killer", b"beside")))
     s.validate_state()
-    assert s.tasks["killer"].suspicious == s.tasks["beside"].suspicious == 1
-    assert s.tasks["queued"].suspicious == 0  # sent there, not running: no blame
+    # two running: an ambiguous death, counted for neither, but both are suspects now
+    assert s.tasks["killer"].suspicious == s.tasks["beside"].suspicious == 0
+    assert s.tasks["killer"].alone and s.tasks["beside"].alone
+    assert s.tasks["queued"].suspicious == 0 and not s.tasks["queued"].alone
     # the suspects run alone from now on; the others as usual
     sent = {i.key: type(i) for i in out if isinstance(i, ComputeTask)}
     assert sent == {"killer": ComputeTaskAlone, "beside": ComputeTaskAlone, "queued": ComputeTask}
+
+
+def test_a_suspect_in_an_ambiguous_death_again_counts_it() -> None:
+    s = scheduler("w1", "w2")
+    submit(s, "a", "b")
+    s.tasks["a"].alone = True  # alone, yet found beside another: no second free death
+    w = s.tasks["a"].processing_on.address
+    s.tasks["b"].processing_on.processing.discard(s.tasks["b"])
+    s.tasks["b"].processing_on = s.workers[w]
+    s.workers[w].processing.add(s.tasks["b"])
+    s.handle_stimulus(WorkerRemoved(w, running=(b"a", b"b")))
+    assert s.tasks["a"].suspicious == 1 and s.tasks["b"].suspicious == 0
+
+
+def test_one_task_running_counts_the_death() -> None:
+    s = scheduler("w1", "w2")
+    submit(s, "a")
+    w = s.tasks["a"].processing_on.address
+    s.handle_stimulus(WorkerRemoved(w, running=(b"a",)))
+    assert s.tasks["a"].suspicious == 1 and s.tasks["a"].alone
 
 
 def test_unknown_slots_blame_every_task_as_before() -> None:
