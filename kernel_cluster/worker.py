@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
+import functools
 import logging
 import os
+import shutil
+import signal
 import sys
+import time
+from collections.abc import Callable
 
 from .engine.cluster import parse_memory_limit
 from .engine.comm import TOKEN_ENV, secret_from_env, secret_from_file
+from .engine.leftovers import remove_cluster_directory, write_owner_file
 from .engine.worker_process import serve
 
 
@@ -51,6 +59,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-file", help=f"file holding the cluster's secret (default: ${TOKEN_ENV})"
     )
+    parser.add_argument(
+        "--owner-pid",
+        type=int,
+        help="the process that started this worker (its parent, a kernel): when it dies, the "
+        "worker exits and cleans up after it (see --cluster-directory)",
+    )
+    parser.add_argument(
+        "--remove-local-directory",
+        action="store_true",
+        help="remove the local directory on exit (always done for one made here)",
+    )
+    parser.add_argument(
+        "--cluster-directory",
+        help="the owner's directory (token, owner file): removed, once empty of workers' "
+        "directories, by a worker that outlives its owner",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     secret = secret_from_file(args.token_file) if args.token_file else secret_from_env()
@@ -64,9 +88,16 @@ def main(argv: list[str] | None = None) -> int:
         import tempfile
 
         args.local_directory = tempfile.mkdtemp(prefix="kernel-cluster-worker-")
+        args.remove_local_directory = True
+    if args.remove_local_directory:  # ours: a sweep may judge it (engine/leftovers.py)
+        os.makedirs(args.local_directory, exist_ok=True)
+        write_owner_file(args.local_directory)
+    cleanup = functools.partial(_clean_up, args)
+    _exit_with_owner(args.owner_pid, cleanup)
     memory_limit = parse_memory_limit(
         int(args.memory_limit) if args.memory_limit.isdigit() else args.memory_limit, 1
     )
+    code = 0
     try:
         code = asyncio.run(
             serve(
@@ -91,7 +122,80 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     else:
         return code
+    finally:
+        if code == 0:  # the scheduler's connection closed: perhaps the owner is dying
+            _wait_for_owner_death(args.owner_pid)
+        cleanup()
     return 0
+
+
+def _owner_gone(owner_pid: int | None) -> bool:
+    # the owner is our parent: once it is gone we are someone else's child, so a pid
+    # reused by another process cannot pass for it
+    return owner_pid is not None and os.getppid() != owner_pid
+
+
+def _wait_for_owner_death(owner_pid: int | None, timeout: float = 2.0) -> None:
+    """The scheduler's connection closed: if the owner is dying, give it a moment.
+
+    A dying process's sockets close before its children are handed to a new parent,
+    so a worker that saw the connection close may still see its owner as parent, and
+    would leave the owner's directory behind. The owner's death signal (SIGTERM)
+    usually arrives meanwhile and cleans up at once. An owner that lives on (it
+    dropped this worker) stops it with SIGTERM anyway.
+    """
+    if owner_pid is None:
+        return
+    deadline = time.monotonic() + timeout
+    while not _owner_gone(owner_pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _clean_up(args: argparse.Namespace) -> None:
+    """Remove what this worker leaves on disk: its directory (spill files), and, when
+    its owner died without cleaning up, the owner's directory once no other worker's
+    directory is left in it (the last worker to go removes it)."""
+    if args.remove_local_directory and args.local_directory:
+        shutil.rmtree(args.local_directory, ignore_errors=True)
+    if args.cluster_directory and _owner_gone(args.owner_pid):
+        remove_cluster_directory(args.cluster_directory)
+
+
+def _exit_with_owner(owner_pid: int | None, cleanup: Callable[[], None]) -> None:
+    """Leave no worker or file behind when the owner dies, even by SIGKILL.
+
+    A responsive worker notices anyway (its scheduler connection closes, ``serve``
+    returns); the owner's death signal (Linux) also ends one that is still starting
+    or is in a task that lets go of the GIL. SIGTERM (the nanny stops a worker with
+    it) cleans up, then ends the process as the signal would have.
+
+    The death signal is SIGHUP, not SIGTERM: it is sent when the owner's *thread*
+    that started the worker exits, which in a process being killed may come before
+    the process is gone (the worker is then handed to a sibling thread). Its handler
+    waits for the owner process to be gone before cleaning up after it.
+    """
+
+    def on_signal(signum: int, frame: object) -> None:
+        if signum == signal.SIGHUP:
+            _wait_for_owner_death(owner_pid)
+        cleanup()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    if owner_pid is None:
+        return
+    signal.signal(signal.SIGHUP, on_signal)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
+    if _owner_gone(owner_pid):  # it died before the death signal was armed
+        cleanup()
+        sys.exit(0)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 if __name__ == "__main__":

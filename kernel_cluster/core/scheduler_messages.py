@@ -157,13 +157,18 @@ class WorkerAdded:
 
 @dataclass(slots=True)
 class WorkerRemoved:
-    """``expected``: stopped on purpose (scale down, close), so its tasks are not to blame."""
+    """``expected``: stopped on purpose (scale down, close), so its tasks are not to blame.
+
+    ``running``: the texts of the keys its task threads were running when it died
+    (core/blame.py); only those tasks are blamed. None: unknown, all its tasks are.
+    """
 
     address: str
     reason: str = ""
     expected: bool = False
     stimulus_id: str = ""
     time: float = 0.0
+    running: tuple[bytes, ...] | None = None
 
 
 # -- instructions --------------------------------------------------------------------
@@ -181,6 +186,12 @@ class ComputeTask:
     span_id: str | None
     stimulus_id: str = ""
     annotation: dict | None = None  # the span's names and ids, for get_annotations()
+
+
+@dataclass(slots=True)
+class ComputeTaskAlone(ComputeTask):
+    """Compute a task suspected of killing workers: the worker starts nothing beside
+    it, so that a death while it runs is blamed on it alone (core/blame.py)."""
 
 
 @dataclass(slots=True)

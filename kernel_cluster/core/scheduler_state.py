@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
+from .blame import running_tasks
 from .keys import Key, key_group, key_split
 from .scheduler_messages import (
     CancelledTasksEnded,
@@ -33,6 +34,7 @@ from .scheduler_messages import (
     ClientRemoved,
     ClusterBusy,
     ComputeTask,
+    ComputeTaskAlone,
     DependencyUnavailable,
     FreeKeys,
     GraphSubmitted,
@@ -356,7 +358,7 @@ class SchedulerState:
         else:
             who_has = nbytes = _NO_INPUTS
         self._instructions.append(
-            ComputeTask(
+            (ComputeTaskAlone if ts.alone else ComputeTask)(
                 ws.address,
                 ts.key,
                 ts.spec,
@@ -831,13 +833,23 @@ class SchedulerState:
             return
         self.total_nthreads -= ws.nthreads
         self.spans.nthreads_changed(ev.time, self.total_nthreads)
+        # Blame the tasks that were running at the death (the worker's slots say which);
+        # those merely sent there run again without blame. Several running: any of
+        # them, or all together (memory), may have done it. Each becomes a suspect
+        # that runs alone from then on (core/blame.py); its next death is its own and
+        # counts. Slots unknown: every task sent there counts the death, as ever.
+        running = None if ev.running is None else running_tasks(ws.processing, ev.running)
+        ambiguous = running is not None and len(running) > 1
         for ts in sorted(ws.processing):
             if ts.processing_on is not ws:
                 continue  # erred meanwhile with an input that killed the worker
             ws.processing.discard(ts)
             ts.processing_on = None
-            if not ev.expected:
-                ts.suspicious += 1
+            if not ev.expected and (running is None or ts in running):
+                if not ambiguous or ts.alone:  # a suspect gets one death uncounted, no more
+                    ts.suspicious += 1
+                if running is not None:
+                    ts.alone = True
             if ts.suspicious > self.allowed_failures:
                 err = KilledWorker(ts.key, ws.address, self.allowed_failures)
                 self._set_state(ts, "waiting")  # erred from a pending state

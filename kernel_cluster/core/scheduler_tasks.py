@@ -182,6 +182,7 @@ class TaskState:
 
     __slots__ = (
         "__weakref__",
+        "alone",
         "annotations",
         "dependencies",
         "dependents",
@@ -227,7 +228,8 @@ class TaskState:
         self.traceback: Any = None
         self.exception_text = ""
         self.exception_blame: TaskState | None = None
-        self.suspicious = 0
+        self.suspicious = 0  # worker deaths blamed on it (core/blame.py)
+        self.alone = False  # a suspect: the worker runs it with no other task beside it
         self.worker_restrictions: frozenset[str] | None = None
         self.loose_restrictions = False
         self.annotations: dict[str, Any] | None = None

@@ -23,6 +23,11 @@ class ComputeRequested:
 
 
 @dataclass(slots=True)
+class ComputeAloneRequested(ComputeRequested):
+    """A suspect of killing workers: run it with no other task beside it."""
+
+
+@dataclass(slots=True)
 class FreeKeysRequested:
     keys: list[Key]
     stimulus_id: str = ""

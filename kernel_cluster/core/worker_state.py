@@ -25,8 +25,9 @@ from typing import Any, Literal
 
 from .keys import Key
 from .lazysets import EMPTY, added, discarded
-from .scheduler_messages import ComputeTask, FreeKeys
+from .scheduler_messages import ComputeTask, ComputeTaskAlone, FreeKeys
 from .worker_messages import (
+    ComputeAloneRequested,
     ComputeRequested,
     Execute,
     ExecuteAfter,
@@ -61,6 +62,7 @@ class WorkerTask:
     """
 
     __slots__ = (
+        "alone",
         "annotation",
         "cancelled",
         "dependencies",
@@ -100,6 +102,7 @@ class WorkerTask:
         # cancelled while executing, and the scheduler counts it as taking a thread
         # until told it ended (SendCancelledTasksEnded)
         self.end_awaited = False
+        self.alone = False  # a suspect of killing workers: nothing runs beside it
 
     def __repr__(self) -> str:
         flag = " cancelled" if self.cancelled else ""
@@ -151,6 +154,7 @@ class WorkerState:
         self.tasks: dict[Key, WorkerTask] = {}
         self.ready: list[tuple[tuple, WorkerTask]] = []  # heap; stale entries skipped
         self.executing: set[WorkerTask] = set()
+        self.alone: set[WorkerTask] = set()  # suspects to run alone; pruned lazily
         self.fetch: set[WorkerTask] = set()
         self.in_flight: dict[str, set[WorkerTask]] = {}  # peer -> tasks travelling from it
         self.paused = False
@@ -223,12 +227,20 @@ class WorkerState:
         else:
             self._make_ready(ts)
 
+    def _handle_compute_alone(self, ev: ComputeAloneRequested | ComputeTaskAlone) -> None:
+        ts = self.tasks.get(ev.key)
+        if ts is None:
+            ts = self.tasks[ev.key] = WorkerTask(ev.key)
+        ts.alone = True  # before: it must not be offered to a thread as a continuation
+        self.alone.add(ts)
+        self._handle_compute_requested(ev)
+
     def _offer_continuation(self, ts: WorkerTask) -> None:
         """``ts`` waits on one input only, which a task thread here will compute (it is
         ready or executing, or itself offered): that thread may run ``ts`` straight
         after (``ExecuteAfter``). A chain of tasks then runs link after link on one
         thread, without a wake-up of the event loop and of a task thread per link."""
-        if len(ts.waiting_for_data) != 1 or self.paused:
+        if len(ts.waiting_for_data) != 1 or self.paused or ts.alone:
             return
         for dts in ts.waiting_for_data:
             state = dts.state
@@ -320,6 +332,8 @@ class WorkerState:
     def _ensure_computing(self) -> None:
         if self.paused:
             return
+        if self.alone and self._start_alone():
+            return
         ready = self.ready
         limit = self.nthreads + self.prefetch
         while ready and len(self.executing) < limit:
@@ -329,6 +343,42 @@ class WorkerState:
             self._set_state(ts, "executing")
             self.executing.add(ts)
             self._out.append(Execute(ts.key, self._stimulus_id))
+
+    def _start_alone(self) -> bool:
+        """Start tasks while a suspect (``alone``) is here: False if none is left.
+
+        A ready suspect waits until nothing else executes (tasks handed to the pool
+        included), then starts, and nothing starts beside it until it ends: if the
+        process dies meanwhile, the suspect alone is blamed. Tasks ahead of it in
+        priority order start as usual.
+        """
+        alone = self.alone
+        for ts in [
+            ts for ts in alone if ts.state not in ACTIVE or self.tasks.get(ts.key) is not ts
+        ]:
+            alone.discard(ts)
+            ts.alone = False
+        if not alone:
+            return False
+        executing = self.executing
+        if any(ts.state == "executing" for ts in alone):
+            return True
+        ready = self.ready
+        limit = self.nthreads + self.prefetch
+        while ready and len(executing) < limit:
+            ts = ready[0][1]
+            if ts.state != "ready":
+                heapq.heappop(ready)
+                continue
+            if ts.alone and executing:
+                break  # until the threads are free
+            heapq.heappop(ready)
+            self._set_state(ts, "executing")
+            executing.add(ts)
+            self._out.append(Execute(ts.key, self._stimulus_id))
+            if ts.alone:
+                break
+        return True
 
     def _end_execution(self, key: Key) -> WorkerTask | None:
         """The pool is done with ``key``: the task, unless it was cancelled meanwhile."""
@@ -547,6 +597,8 @@ class WorkerState:
         FreeKeysRequested: _handle_free_keys_requested,
         # the scheduler's own instructions, as a local channel hands them over
         ComputeTask: _handle_compute_requested,
+        ComputeAloneRequested: _handle_compute_alone,
+        ComputeTaskAlone: _handle_compute_alone,
         FreeKeys: _handle_free_keys_requested,
         ExecuteSucceeded: _handle_execute_succeeded,
         ExecuteFailed: _handle_execute_failed,

@@ -22,14 +22,19 @@ import psutil
 from ..core.keys import Key
 from .channels import Dispatcher, LocalChannel
 from .comm import TOKEN_ENV, new_secret, write_secret_file
+from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .loop import LoopThread
 from .remote import ConnectionPool, RemoteData, SchedulerServer
 from .scheduler import Scheduler
+from .slots import read_running
 from .worker import Worker
 
 logger = logging.getLogger(__name__)
 
 _cluster_ids = itertools.count(1)
+KILL_GRACE = 2.0  # seconds a dropped worker process has to end on SIGTERM before SIGKILL
+RESTART_DELAY = 0.2  # seconds before a failed restart is tried again; doubles each time
+RESTART_DELAY_MAX = 10.0
 _live_clusters: weakref.WeakSet[KernelCluster] = weakref.WeakSet()
 
 
@@ -81,6 +86,7 @@ class _WorkerProcess:
         self.registered = asyncio.Event()
         self.stopping = False
         self.monitor: asyncio.Task | None = None
+        self.ending: asyncio.Task | None = None  # killing a process the scheduler dropped
 
 
 def parse_memory_limit(memory_limit: int | float | str | None, n_workers: int) -> int:
@@ -191,8 +197,12 @@ class KernelCluster:
         self._lock = threading.Lock()
         self._worker_counter = itertools.count()
         self._procs: dict[str, _WorkerProcess] = {}
+        self._monitors: set[asyncio.Task] = set()  # also those retrying a restart
         self.secret = new_secret()
-        self.local_directory = tempfile.mkdtemp(prefix=f"kernel-cluster-{os.getpid()}-")
+        sweep_stale_directories()  # left by kernels that were killed
+        self.local_directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+        write_owner_file(self.local_directory)
+        self._target = n_workers  # worker processes wanted: failed restarts are retried
         # the secret on disk (mode 0600) lets `kernel-cluster-worker --token-file` join
         self.token_file = os.path.join(self.local_directory, "token")
         write_secret_file(self.token_file, self.secret)
@@ -219,7 +229,9 @@ class KernelCluster:
                     self.secret,
                     death_timeout=death_timeout,
                     on_register=self._on_register,
+                    on_lost=self._on_lost,
                 )
+                self.scheduler.running_source = self._running_on
                 self.loop_thread.run(self.server.start)
                 self.loop_thread.run(self._spawn_many, n_workers)
             else:
@@ -249,6 +261,10 @@ class KernelCluster:
         name = f"worker-{next(self._worker_counter)}"
         env = dict(os.environ)
         env[TOKEN_ENV] = self.secret.hex()
+        # Forked from the loop thread, which lives as long as the cluster: the worker's
+        # death signal (PR_SET_PDEATHSIG, tied to the thread that forks) fires when the
+        # kernel dies; the worker then removes its directory, and the last one the
+        # cluster's (kernel_cluster/worker.py).
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -264,6 +280,11 @@ class KernelCluster:
             str(self.heartbeat_interval),
             "--local-directory",
             os.path.join(self.local_directory, name),
+            "--remove-local-directory",
+            "--cluster-directory",
+            self.local_directory,
+            "--owner-pid",
+            str(os.getpid()),
             *([] if self.fine_metrics else ["--no-fine-metrics"]),
             "--memory-fractions",
             ",".join(map(str, self.memory_fractions)),
@@ -278,6 +299,8 @@ class KernelCluster:
         wp = _WorkerProcess(name, proc)
         self._procs[name] = wp
         wp.monitor = asyncio.get_running_loop().create_task(self._monitor(wp))
+        self._monitors.add(wp.monitor)
+        wp.monitor.add_done_callback(self._monitors.discard)
         exited = asyncio.ensure_future(proc.wait())
         registered = asyncio.ensure_future(wp.registered.wait())
         await asyncio.wait(
@@ -303,21 +326,87 @@ class KernelCluster:
             wp.address = address
             wp.registered.set()
 
+    def _on_lost(self, address: str) -> None:
+        """The scheduler lost ``address``'s stream (no heartbeat, unreachable, broken):
+        a process still running there is hung or cut off, and would hold its memory
+        and threads for ever. End it; ``_monitor`` then replaces it."""
+        for wp in self._procs.values():
+            if wp.address == address and not wp.stopping and wp.proc.returncode is None:
+                if wp.ending is None and self.status == "running":
+                    logger.warning(
+                        "Worker %s (pid %d) was dropped by the scheduler; ending its process",
+                        wp.name,
+                        wp.proc.pid,
+                    )
+                    wp.ending = asyncio.get_running_loop().create_task(self._end(wp))
+                return
+
+    async def _end(self, wp: _WorkerProcess) -> None:
+        """SIGTERM (the worker cleans up its directory), then SIGKILL after a grace: a
+        task holding the GIL keeps the SIGTERM handler from ever running."""
+        with contextlib.suppress(ProcessLookupError):
+            wp.proc.terminate()
+        try:
+            await asyncio.wait_for(asyncio.shield(wp.proc.wait()), KILL_GRACE)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                wp.proc.kill()
+
+    def _running_on(self, address: str) -> list[bytes] | None:
+        """What the task threads of the worker process at ``address`` were running."""
+        for wp in self._procs.values():
+            if wp.address == address:
+                return read_running(os.path.join(self.local_directory, wp.name))
+        return None
+
     async def _monitor(self, wp: _WorkerProcess) -> None:
         code = await wp.proc.wait()
-        self._procs.pop(wp.name, None)
         if wp.address:
             self.scheduler.remove_worker(
-                wp.address, reason=f"process exited ({code})", expected=wp.stopping
+                wp.address,
+                reason=f"process exited ({code})",
+                expected=wp.stopping,
+                running=None if wp.stopping else self._running_on(wp.address),
             )
+        self._procs.pop(wp.name, None)
+        # a process that crashed could not remove its directory (spill files, slots, now
+        # read): its name is not used again, so nothing else will
+        shutil.rmtree(os.path.join(self.local_directory, wp.name), ignore_errors=True)
         if wp.stopping or self.status not in ("running", "starting"):
             return
+        if not wp.registered.is_set():
+            return  # a start that failed: ``_spawn`` raises, its caller retries
         logger.warning("Worker %s died (exit code %s); starting a new one", wp.name, code)
-        try:
-            await self._spawn()
-        except Exception:
-            if self.status == "running":  # while closing, a failed restart is expected
-                logger.exception("Could not restart a worker")
+        await self._replace()
+
+    def _short(self) -> bool:
+        return self.status in ("running", "starting") and self.n_workers < self._target
+
+    async def _replace(self) -> None:
+        """Start a worker in place of one that died; a start that fails (a spawn error,
+        a flood of connections) is tried again, less and less often, for as long as
+        the cluster runs and is short of workers."""
+        delay = RESTART_DELAY
+        attempt = 0
+        while self._short():
+            attempt += 1
+            try:
+                wp = await self._spawn()
+            except Exception as exc:
+                if not self._short():
+                    return  # closed or scaled down meanwhile: no worker wanted
+                logger.warning(
+                    "Could not restart a worker (attempt %d): %s; trying again in %.1f s",
+                    attempt,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESTART_DELAY_MAX)
+                continue
+            if attempt > 1:
+                logger.warning("Restarted worker %s after %d attempts", wp.name, attempt)
+            return
 
     async def _stop_process(self, wp: _WorkerProcess, timeout: float = 5.0) -> None:
         wp.stopping = True
@@ -332,6 +421,8 @@ class KernelCluster:
                 with contextlib.suppress(ProcessLookupError):
                     wp.proc.kill()
                 await wp.proc.wait()
+        if wp.ending is not None:
+            await asyncio.gather(wp.ending, return_exceptions=True)
         if wp.monitor is not None:
             await asyncio.gather(wp.monitor, return_exceptions=True)
 
@@ -402,6 +493,7 @@ class KernelCluster:
 
     async def _scale(self, n: int) -> list[Worker]:
         if self.processes:
+            self._target = n
             live = [wp for wp in self._procs.values() if not wp.stopping]
             if len(live) < n:
                 await asyncio.gather(*(self._spawn() for _ in range(n - len(live))))
@@ -456,6 +548,9 @@ class KernelCluster:
             *(self._stop_process(wp) for wp in list(self._procs.values())),
             return_exceptions=True,
         )
+        for task in list(self._monitors):  # restarts waiting to be tried again
+            task.cancel()
+        await asyncio.gather(*self._monitors, return_exceptions=True)
         if self.server is not None:
             await self.server.stop()
         await self.pool.close()

@@ -213,11 +213,17 @@ class SchedulerServer:
         *,
         death_timeout: float = 10.0,
         on_register: Callable[[str, dict], None] | None = None,
+        on_lost: Callable[[str], None] | None = None,
     ):
+        """``on_lost(address)``: a worker's stream ended (it died, went silent for
+        ``death_timeout``, or was found unreachable) and the scheduler removed it; the
+        nanny ends a process still running there."""
         self.scheduler = scheduler
         self.secret = secret
         self.death_timeout = death_timeout
         self.on_register = on_register
+        self.on_lost = on_lost
+        self._stopping = False
         self.address = ""
         self.listener: Any = None
         self._streams: dict[str, StreamChannel] = {}
@@ -282,6 +288,8 @@ class SchedulerServer:
                 if scheduler.worker_channels.get(address) is stream:
                     scheduler.remove_worker(address, reason="connection closed")
             stream.abort()
+            if self.on_lost is not None and not self._stopping:
+                self.on_lost(address)
 
     def _task_too_large(self, address: str) -> Callable[[Any, Exception], None]:
         """A task too large to send to its worker fails, as if the worker had said so:
@@ -331,6 +339,7 @@ class SchedulerServer:
             stream.abort()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._watchdog is not None:
             self._watchdog.cancel()
         for stream in list(self._streams.values()):

@@ -22,6 +22,7 @@ from ..core.scheduler_messages import (
     ClientRemoved,
     ClusterBusy,
     ComputeTask,
+    ComputeTaskAlone,
     DependencyUnavailable,
     FreeKeys,
     GraphSubmitted,
@@ -84,6 +85,7 @@ class Scheduler:
         self.worker_channels: dict[str, Channel] = {}
         self._object_channels: set[str] = set()  # workers whose channel takes core objects
         self.on_unreachable: Callable[[str], None] | None = None
+        self.running_source: Callable[[str], list[bytes] | None] | None = None
         # what heartbeats tell: memory, tasks running, last contact, process id
         self.worker_info: dict[str, dict[str, Any]] = {}
         self.client_handlers: dict[str, ReportHandler] = {}
@@ -176,15 +178,33 @@ class Scheduler:
             channel.send([{"op": "cluster-busy", "busy": True}])
         self.plugins.call_all("add_worker", self, address)
 
-    def remove_worker(self, address: str, reason: str = "", expected: bool = False) -> None:
-        """``expected``: the worker was stopped on purpose, so its tasks are not suspects."""
+    def remove_worker(
+        self,
+        address: str,
+        reason: str = "",
+        expected: bool = False,
+        running: list[bytes] | None = None,
+    ) -> None:
+        """``expected``: the worker was stopped on purpose, so its tasks are not suspects.
+        Otherwise only the tasks ``running`` there (key texts, see core/blame.py) are;
+        None: unknown, every task sent there is. ``running_source`` (the nanny's
+        reading of a worker process's slots) is asked when ``running`` is not given."""
         if self.worker_channels.pop(address, None) is None:
             return
+        if not expected and running is None and self.running_source is not None:
+            running = self.running_source(address)
         self._object_channels.discard(address)
         self.worker_info.pop(address, None)
         logger.info("Removing worker %s: %s", address, reason)
         self.handle(
-            WorkerRemoved(address, reason, expected, self._stimulus("remove-worker"), self.clock())
+            WorkerRemoved(
+                address,
+                reason,
+                expected,
+                self._stimulus("remove-worker"),
+                self.clock(),
+                None if running is None else tuple(running),
+            )
         )
         self.plugins.call_all("remove_worker", self, address)
 
@@ -364,6 +384,25 @@ class Scheduler:
                     if inst.running:
                         msg["running"] = True
                 to_workers.setdefault(inst.worker, []).append(msg)
+            elif t is ComputeTaskAlone:  # rare (a suspect of killing workers): kept apart
+                msgs = to_workers.setdefault(inst.worker, [])
+                if inst.worker in self._object_channels:
+                    msgs.append(inst)
+                    continue
+                msgs.append(
+                    {
+                        "op": "compute-task-alone",
+                        "key": inst.key,
+                        "spec": inst.spec,
+                        "who_has": inst.who_has,
+                        "nbytes": inst.nbytes,
+                        "priority": inst.priority,
+                        "prefix": inst.prefix,
+                        "span_id": inst.span_id,
+                        "annotation": inst.annotation,
+                        "stimulus_id": inst.stimulus_id,
+                    }
+                )
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():
             handler = self.client_handlers.get(client_id)

@@ -24,6 +24,7 @@ from ..core.annotations import current_span
 from ..core.keys import Key
 from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
 from ..core.worker_messages import (
+    ComputeAloneRequested,
     ComputeRequested,
     Execute,
     ExecuteAfter,
@@ -47,6 +48,7 @@ from .meter import context_meter
 from .pool import TaskThreadPool
 from .profiler import Profiler
 from .remote import UnserializableResults
+from .slots import RunningSlots
 from .spill import SpillBuffer
 from .trim import trim_memory
 
@@ -180,6 +182,9 @@ class Worker:
         self.scheduler: Channel | None = None
         self._send_objects = False
         self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
+        # a worker process's record of what each task thread runs, read by its nanny
+        # after a death to blame the right tasks (engine/slots.py); None when embedded
+        self.slots: RunningSlots | None = None
         # key -> the task the thread running it may run next (ExecuteAfter). The thread
         # takes an offer by popping it when the key ends; an offer it missed (made just
         # after) is dropped when the loop handles the key's outcome, and the task is
@@ -279,6 +284,20 @@ class Worker:
             elif op == "free-keys":
                 events.append(
                     FreeKeysRequested(msg["keys"], msg["stimulus_id"], msg.get("running", False))
+                )
+            elif op == "compute-task-alone":  # a suspect of killing workers (rare)
+                events.append(
+                    ComputeAloneRequested(
+                        msg["key"],
+                        msg["spec"],
+                        msg["who_has"],
+                        msg["nbytes"],
+                        msg["priority"],
+                        msg["prefix"],
+                        msg["span_id"],
+                        msg["stimulus_id"],
+                        msg.get("annotation"),
+                    )
                 )
             elif op == "heartbeat-reply":
                 self._learn_clock_offset(msg)
@@ -634,6 +653,9 @@ class Worker:
         executing = self.executing_by_thread
         was_idle = not executing
         executing[ident] = (key, ts.prefix)
+        slots = self.slots
+        if slots is not None:
+            slots.enter(ident, key)
         profiler = self.profiler
         if was_idle and profiler is not None and profiler.resting:
             profiler.wake()  # it rests while no task runs
@@ -648,6 +670,8 @@ class Worker:
                 current_span.reset(token)
         finally:
             del executing[ident]
+            if slots is not None:
+                slots.leave(ident)
 
     def _run_task(
         self, ident: int, ts: WorkerTask, spec: Any, inputs: Any, submitted: float

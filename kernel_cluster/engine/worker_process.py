@@ -15,6 +15,7 @@ import time
 
 from .comm import Comm, CommError, connect, listen
 from .remote import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
+from .slots import RunningSlots
 from .worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ async def serve(
         profile_interval=profile_interval,
         profile_cycle_interval=profile_cycle_interval,
     )
+    if local_directory:
+        worker.slots = RunningSlots(local_directory, worker.pool.idents)
     comm = await connect(scheduler_address, secret=secret)
     try:
         await comm.write(
