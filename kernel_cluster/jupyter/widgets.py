@@ -32,8 +32,8 @@ from typing import Any
 import anywidget
 import traitlets
 
+from ..diagnostics.source import Diagnosable, source_of
 from .live import Poller, Publisher
-from .notebook import source_of
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _LiveWidget(anywidget.AnyWidget):
 
     def __init__(
         self,
-        client: Any,
+        client: Diagnosable,
         *,
         interval: float = 0.5,
         autostart: bool = True,
@@ -252,7 +252,7 @@ class Dashboard(FineMetrics):
     _feeds = ("metrics", "spans", "progress")
 
 
-def dashboard(client: Any, **kwargs: Any) -> Dashboard:
+def dashboard(client: Diagnosable, **kwargs: Any) -> Dashboard:
     return Dashboard(client, **kwargs)
 
 
