@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ..core.spans import Span
 from ..engine.cluster import KernelCluster
@@ -29,6 +29,7 @@ from .snapshots import (
     TransferLogs,
     WorkerInfo,
 )
+from .source import DiagnosticsSource
 
 
 class EngineSource:
@@ -49,7 +50,7 @@ class EngineSource:
         scheduler = self.cluster.scheduler
         if refresh:
             loop.run(scheduler.refresh_metrics)
-        return loop.run(lambda: {k: float(v) for k, v in scheduler.worker_metrics.items()})
+        return loop.run(lambda: dict(scheduler.worker_metrics))
 
     def spans(self, refresh: bool = True) -> list[SpanInfo]:
         loop = self.cluster.loop_thread
@@ -66,7 +67,7 @@ class EngineSource:
         def read() -> tuple[Metrics, str]:
             if isinstance(selector, str) and selector in tree.spans:
                 span = tree.spans[selector]
-                return _floats(span.cumulative_worker_metrics), " / ".join(span.name)
+                return span.cumulative_worker_metrics, " / ".join(span.name)
             tags = (selector,) if isinstance(selector, str) else tuple(selector)
             matches = list(tree.find_by_tags(*tags))
             if not matches:
@@ -75,7 +76,7 @@ class EngineSource:
                     f"No span has the tag(s) {tags!r}; tags seen so far: {known[:10]!r}."
                 )
             merged = tree.merge_by_tags(*tags)
-            return _floats(merged.cumulative_worker_metrics), " | ".join(tags)
+            return merged.cumulative_worker_metrics, " | ".join(tags)
 
         return loop.run(read)
 
@@ -147,8 +148,10 @@ class EngineSource:
         """Each worker's profile over the window, as ``core.profile.to_flat`` rows."""
         fn = partial(read_profile, start=start, stop=stop, prefix=prefix)
         scheduler = self.cluster.scheduler
+        rows: dict[str, list[FlatRow]]
         rows = self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
-        return {address: [tuple(r) for r in flat] for address, flat in rows.items()}
+        # rows that crossed from a worker process may have become lists: tuples again
+        return {address: [cast(FlatRow, tuple(r)) for r in flat] for address, flat in rows.items()}
 
     def profile_metadata(
         self,
@@ -159,6 +162,7 @@ class EngineSource:
         """Each worker's samples per profile cycle (``ProfileLog.metadata``)."""
         fn = partial(read_profile_metadata, start=start, stop=stop)
         scheduler = self.cluster.scheduler
+        metas: dict[str, dict[str, Any]]
         metas = self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
         return {address: _profile_metadata(m) for address, m in metas.items()}
 
@@ -175,6 +179,7 @@ class EngineSource:
     def transfer_logs(self, workers: list[str] | None = None) -> dict[str, TransferLogs]:
         """Each worker's incoming and outgoing transfer logs, oldest first."""
         scheduler = self.cluster.scheduler
+        logs: dict[str, dict[str, list[dict[str, Any]]]]
         logs = self.cluster.loop_thread.run(scheduler.run_on_workers, read_transfer_logs, workers)
         return {
             address: TransferLogs(
@@ -184,7 +189,12 @@ class EngineSource:
         }
 
 
-def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict]]:
+def _conforms(source: EngineSource) -> DiagnosticsSource:
+    """Never called: a type checker proves here that EngineSource is a source."""
+    return source
+
+
+def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:
     """Run on a worker (in its process): copies of its transfer logs, as plain dicts."""
     return {
         "incoming": [dict(e) for e in dask_worker.transfer_incoming_log],
@@ -210,13 +220,9 @@ def snapshot_span(span: Span) -> SpanInfo:
         states=span.states,
         done=span.done,
         active_cpu_seconds=span.active_cpu_seconds,
-        metrics=_floats(span.cumulative_worker_metrics),
+        metrics=span.cumulative_worker_metrics,
         code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
     )
-
-
-def _floats(metrics: Mapping[Any, float]) -> Metrics:
-    return {k: float(v) for k, v in metrics.items()}
 
 
 def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:

@@ -39,8 +39,8 @@ def profile(
     )
     tree = merge_into(new_tree(), *(from_flat(r) for r in rows.values()))
     if filename is not None:
-        from .flamegraph import page_html, static_profiles
-        from .profile_feed import read_static_profiles
+        from .flamegraph import page_html
+        from .profile_feed import read_static_profiles, static_profiles
 
         what = f"tasks {prefix!r}" if prefix is not None else "all tasks"
         data = read_static_profiles(source, start_t, stop_t, prefix, tree=tree)
@@ -52,14 +52,17 @@ def profile(
 
 def profile_metadata(
     source: DiagnosticsSource, start: Any = None, stop: Any = None, workers: Any = None
-) -> dict:
+) -> dict[str, Any]:
     """Samples over time, for a timeline under the flame graph: ``{"counts": [(time,
     n)], "keys": {prefix: [(time, n)]}}``, summed over workers per profile cycle
     (times are cycle ends rounded down to the cycle length)."""
     start_t, stop_t = _window(source, start, stop)
     metas = source.profile_metadata(start=start_t, stop=stop_t, workers=_workers(source, workers))
     cycles = [m.cycle_seconds for m in metas.values() if m.cycle_seconds]
-    return merge_metadata([m.as_dict() for m in metas.values()], max(cycles, default=1.0))
+    merged: dict[str, Any] = merge_metadata(
+        [m.as_dict() for m in metas.values()], max(cycles, default=1.0)
+    )
+    return merged
 
 
 def _window(source: DiagnosticsSource, start: Any, stop: Any) -> tuple[float | None, float | None]:

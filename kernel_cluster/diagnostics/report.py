@@ -57,7 +57,7 @@ class performance_report:
 
     def __init__(
         self,
-        filename: str | os.PathLike = "kernel-cluster-report.html",
+        filename: str | os.PathLike[str] = "kernel-cluster-report.html",
         client: Diagnosable | None = None,
         title: str = "kernel-cluster performance report",
         stacklevel: int = 1,
@@ -144,7 +144,7 @@ class performance_report:
         self.filename.write_text(self.html, encoding="utf-8")
 
 
-def memory_section(samples: list[list[float]]) -> dict | None:
+def memory_section(samples: list[list[float]]) -> dict[str, list[float]] | None:
     """Memory samples as columns: times and process, managed, spilled bytes."""
     if not samples:
         return None
@@ -159,7 +159,7 @@ def memory_section(samples: list[list[float]]) -> dict | None:
 
 def transfers(
     logs: dict[str, TransferLogs], since: float, until: float, limit: int = 50_000
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Transfers that ended after ``since``, from the workers' incoming logs, as
     columns: ``{"workers": [address], "to", "from" (indices), "start", "stop",
     "bytes", "compressed"}``, the ``limit`` most recent; and the block's ``window``."""
@@ -173,7 +173,9 @@ def transfers(
     rows.sort(key=lambda r: r[2].start)
     rows = rows[-limit:]
     names: dict[str, int] = {}
-    out: dict[str, list] = {k: [] for k in ("to", "from", "start", "stop", "bytes", "compressed")}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("to", "from", "start", "stop", "bytes", "compressed")
+    }
     for to, frm, e in rows:
         out["to"].append(names.setdefault(to, len(names)))
         out["from"].append(names.setdefault(frm, len(names)))
@@ -270,10 +272,10 @@ def build_report_data(
     metrics: Metrics,
     spans: list[SpanInfo],
     progress: dict[str, dict[str, int]],
-    summary: dict,
-    sections: dict,
+    summary: dict[str, Any],
+    sections: dict[str, Any],
     tasks: list[TaskStreamRecord] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The report's data: the same full messages a widget gets, buffers in base64."""
     parts = [
         MetricsFeed().update(metrics, full=True),
@@ -309,7 +311,7 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def render_html(data: dict, heading: str = "", note: str = "") -> str:
+def render_html(data: dict[str, Any], heading: str = "", note: str = "") -> str:
     """The page: the renderer library, its styles and ``data``, inline. ``heading``
     and ``note`` (HTML) are what a browser without scripts shows."""
     script = STATIC / "report.js"

@@ -8,7 +8,8 @@ the unit where a number has one: ``*_bytes`` are bytes, times (``start``,
 seconds, what ``DiagnosticsSource.now()`` reads), ``*_seconds`` are durations.
 
 Fine metrics stay keyed tuples with the unit in the key (``MetricKey``); their
-values are floats in that unit.
+values are numbers in that unit: floats, and ints where the engine counts whole
+bytes and tasks (``int`` is a ``float`` to a type checker).
 """
 
 from __future__ import annotations

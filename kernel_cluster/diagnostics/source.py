@@ -61,7 +61,7 @@ class DiagnosticsSource(Protocol):
         """Every worker metric summed so far, as workers key them:
         ``("execute", span_id, prefix, activity, unit)``, ``("gather-dep", activity,
         unit)``, ``("get-data", activity, unit)``, ``("memory-monitor", activity, unit)``;
-        values are floats in the key's unit.
+        values are numbers in the key's unit (ints for the engine's bytes and counts).
 
         ``refresh=False`` skips asking the workers for their latest numbers first:
         cheaper, and up to one heartbeat old (what live views poll with)."""

@@ -249,7 +249,7 @@ class Dashboard(FineMetrics):
 
     kind = traitlets.Unicode("dashboard").tag(sync=True)
     selected = traitlets.Unicode("").tag(sync=True)
-    _feeds = ("metrics", "spans", "progress")
+    _feeds: tuple[str, ...] = ("metrics", "spans", "progress")
 
 
 def dashboard(client: Diagnosable, **kwargs: Any) -> Dashboard:

@@ -9,6 +9,7 @@ StreamSource as the conformance suite's known workload would fill an engine.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from kernel_cluster.core.profile import new_tree, to_flat
 from kernel_cluster.core.scheduler_tasks import ALL_STATES
@@ -28,8 +29,8 @@ from kernel_cluster.diagnostics.snapshots import (
 )
 
 
-def span_info(id_: str, name: tuple[str, ...], parent: str | None = None, **kw) -> SpanInfo:
-    fields = {
+def span_info(id_: str, name: tuple[str, ...], parent: str | None = None, **kw: Any) -> SpanInfo:
+    fields: dict[str, Any] = {
         "id": id_,
         "name": name,
         "parent": parent,
@@ -74,8 +75,8 @@ class FakeSource:
         self.prefixes: dict[str, dict[str, int]] = {}
         self.workers: dict[str, WorkerInfo] = {"w1": worker_info("w1")}
         self.stream: list[TaskStreamRecord] = []
-        self.trees: dict[str | None, dict] = {}  # profile by prefix (None: all)
-        self.meta: dict = {"counts": [], "keys": {}, "cycle_interval": 1.0}
+        self.trees: dict[str | None, dict[str, Any]] = {}  # profile by prefix (None: all)
+        self.meta: dict[str, Any] = {"counts": [], "keys": {}, "cycle_interval": 1.0}
         self.mem: dict[str, int] | None = None  # None: measures no memory
         self.transfers: dict[str, TransferLogs] = {}
         self.t = 1000.0
@@ -153,7 +154,11 @@ class FakeSource:
         return out[-count:] if count else out
 
     def profiles(
-        self, start=None, stop=None, prefix=None, workers=None
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        prefix: str | None = None,
+        workers: list[str] | None = None,
     ) -> dict[str, list[FlatRow]]:
         self._check()
         self.profile_reads += 1
@@ -162,7 +167,12 @@ class FakeSource:
         tree = self.trees.get(prefix) or new_tree()
         return {w: to_flat(tree) for w in ["w1"] if workers is None or w in workers}
 
-    def profile_metadata(self, start=None, stop=None, workers=None) -> dict[str, ProfileMetadata]:
+    def profile_metadata(
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        workers: list[str] | None = None,
+    ) -> dict[str, ProfileMetadata]:
         self._check()
         meta = ProfileMetadata(
             counts=tuple(self.meta["counts"]),
@@ -197,10 +207,10 @@ def record(
     thread: int = 1,
     start: float = 0.0,
     startstops: tuple[StartStop, ...] | None = None,
-    **kw,
+    **kw: Any,
 ) -> TaskStreamRecord:
     """A task stream record: ``startstops`` default to one compute of 1 s at ``start``."""
-    fields = {
+    fields: dict[str, Any] = {
         "index": index,
         "key": key,
         "prefix": key.split("-")[0],
@@ -225,7 +235,7 @@ class StreamSource(FakeSource):
         self.trees[None] = new_tree()
         self.mem = {"process": 100, "managed": 10, "unmanaged": 90, "spilled": 0}
 
-    def add(self, *keys: str, **kw) -> None:
+    def add(self, *keys: str, **kw: Any) -> None:
         for key in keys:
             self.stream.append(record(len(self.stream), key, **kw))
 
@@ -233,7 +243,7 @@ class StreamSource(FakeSource):
 def run_workload(source: StreamSource, tag: str) -> tuple[str, str]:
     """What ``tests/diagnostics/test_source_conformance.py``'s workload leaves in an
     engine, as data: spans (tag,) > (tag, "load"); ten ``inc`` tasks in the inner span
-    on two workers, then one ``sum_all`` of them in the outer span on w1, which
+    on two workers, then one ``total`` of them in the outer span on w1, which
     fetched w2's results. Returns the (outer, inner) span ids."""
     outer, inner = f"{tag}-outer", f"{tag}-inner"
     source.workers.setdefault("w2", worker_info("w2"))
@@ -247,7 +257,7 @@ def run_workload(source: StreamSource, tag: str) -> tuple[str, str]:
     t1 = t0 + 1.5
     transfer = TransferLogEntry("w2", fetched, 8 * len(fetched), 8 * len(fetched), t1, t1 + 0.01)
     source.add(
-        "sum_all-0",
+        "total-0",
         worker="w1",
         span_id=outer,
         startstops=(StartStop("transfer", t1, t1 + 0.01, "w2"), StartStop("compute", t1, t1 + 0.1)),
@@ -257,25 +267,30 @@ def run_workload(source: StreamSource, tag: str) -> tuple[str, str]:
     source.transfers["w2"] = TransferLogs(w2.incoming, (*w2.outgoing, replace(transfer, peer="w1")))
     inner_m = {("execute", "inc", "tasks", "count"): 10.0}
     inner_m[("execute", "inc", "thread-cpu", "seconds")] = 0.5
-    outer_m = {**inner_m, ("execute", "sum_all", "tasks", "count"): 1.0}
+    outer_m = {**inner_m, ("execute", "total", "tasks", "count"): 1.0}
     for (_, p, a, u), v in outer_m.items():
         span_id = inner if p == "inc" else outer
         key = ("execute", span_id, p, a, u)
         source.metrics[key] = source.metrics.get(key, 0.0) + v
-    key = ("gather-dep", "network", "bytes")
-    source.metrics[key] = source.metrics.get(key, 0.0) + transfer.total_bytes
+    network = ("gather-dep", "network", "bytes")
+    source.metrics[network] = source.metrics.get(network, 0.0) + transfer.total_bytes
 
     def states(n: int) -> dict[str, int]:
         return {**dict.fromkeys(ALL_STATES, 0), "memory": n}
 
-    common = {"enqueued": t0 - 0.1, "start": t0, "done": True, "active_cpu_seconds": 4.0}
+    common: dict[str, Any] = {
+        "enqueued": t0 - 0.1,
+        "start": t0,
+        "done": True,
+        "active_cpu_seconds": 4.0,
+    }
     source.span_list += [
         span_info(outer, (tag,), children=(inner,), stop=t1 + 0.1, duration=0.61,
                   nbytes_total=88, states=states(11), metrics=outer_m, **common),
         span_info(inner, (tag, "load"), parent=outer, stop=t0 + 0.1, duration=0.5,
                   nbytes_total=80, states=states(10), metrics=inner_m, **common),
     ]  # fmt: skip
-    for prefix, n in (("inc", 10), ("sum_all", 1)):
+    for prefix, n in (("inc", 10), ("total", 1)):
         counts = source.prefixes.setdefault(prefix, dict.fromkeys(ALL_STATES, 0))
         counts["memory"] += n
     source.mem = {"process": 2**20, "managed": 88, "unmanaged": 2**20 - 88, "spilled": 0}
