@@ -178,10 +178,10 @@ def source_of(obj: Diagnosable | None) -> DiagnosticsSource:
     source, or the default source for None."""
     if obj is None:
         return default_source()
-    if isinstance(obj, HasDiagnostics):
-        return obj.diagnostics
     if isinstance(obj, DiagnosticsSource):
         return obj
+    if isinstance(obj, HasDiagnostics):
+        return obj.diagnostics
     missing = [name for name in _MEMBERS if not hasattr(obj, name)]
     raise TypeError(
         f"Expected a kernel_cluster Client or a DiagnosticsSource, got "
