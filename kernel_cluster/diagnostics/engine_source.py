@@ -33,6 +33,8 @@ from .source import DiagnosticsSource
 
 
 class EngineSource:
+    """The DiagnosticsSource of this package's engine (``client.diagnostics``)."""
+
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
 
@@ -126,15 +128,18 @@ class EngineSource:
         stream = self.cluster.scheduler.task_stream
         return self.cluster.loop_thread.run(lambda: stream.index)
 
+    # the plugin's records are new dicts made for the reader: turned into snapshots here,
+    # off the engine's loop, which a long history would otherwise hold up
+
     def task_stream_since(self, index: int) -> list[TaskStreamRecord]:
         stream = self.cluster.scheduler.task_stream
-        return self.cluster.loop_thread.run(lambda: _records(stream.since(index)))
+        return _records(self.cluster.loop_thread.run(lambda: stream.since(index)))
 
     def task_stream(
         self, start: float | None = None, stop: float | None = None, count: int | None = None
     ) -> list[TaskStreamRecord]:
         stream = self.cluster.scheduler.task_stream
-        return self.cluster.loop_thread.run(lambda: _records(stream.window(start, stop, count)))
+        return _records(self.cluster.loop_thread.run(lambda: stream.window(start, stop, count)))
 
     # -- statistical profiles -------------------------------------------------------------
 
