@@ -9,12 +9,12 @@ snapshot of plain data (``snapshots``), never a live engine object.
 
 Where a fine metric travels, from measured to drawn:
 
-- measured on a worker: ``engine/execute.py`` (each task's thread-cpu,
-  thread-noncpu, executor, idle, and what ``context_meter`` labels inside it:
-  ``engine/spill.py``'s disk-read / disk-write / compress, deserialize, a user's
-  own), ``engine/worker.py`` (gather-dep, get-data, memory-monitor); the meter and
-  the ledger are ``core/metrics.py``: running totals per worker, sent as the delta
-  since the last heartbeat;
+- measured on a worker: ``engine/execute.py`` (a task's thread-cpu, thread-noncpu,
+  deserialize, and what ``context_meter`` labels inside it: ``engine/spill.py``'s
+  disk-read / disk-write / compress, a user's own labels), ``core/metrics.py``
+  (``ThreadAccount``: executor and idle, the time between tasks), ``engine/worker.py``
+  (gather-dep, get-data, memory-monitor); ``core/metrics.py``'s ``MetricsLedger``
+  keeps each worker's running totals, sent as the delta since the last heartbeat;
 - summed once on the scheduler: ``engine/scheduler.py`` (``add_worker_metrics``
   into ``worker_metrics``; per span in ``core/spans.py``);
 - read through this protocol: ``EngineSource.fine_metrics`` / ``span_metrics``;

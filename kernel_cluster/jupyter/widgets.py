@@ -149,7 +149,7 @@ class FineMetrics(_LiveWidget):
     span_filter = traitlets.Unicode("", help="'' (all), 'tag:TAG' or 'id:SPAN_ID'").tag(sync=True)
     hidden_functions = traitlets.List(traitlets.Unicode()).tag(sync=True)
     hidden_activities = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    _feeds = ("metrics", "spans")
+    _feeds: tuple[str, ...] = ("metrics", "spans")
 
     @traitlets.validate("span_filter")
     def _check_span_filter(self, proposal: Any) -> str:
