@@ -120,7 +120,7 @@ class _LiveWidget(anywidget.AnyWidget):
 
     # -- browser -> kernel ------------------------------------------------------------------
 
-    def _on_browser_message(self, _widget: Any, content: Any, buffers: list) -> None:
+    def _on_browser_message(self, _widget: Any, content: Any, buffers: list[bytes]) -> None:
         if isinstance(content, dict) and content.get("type") == "refresh" and not buffers:
             try:
                 self.publisher.send_full()
@@ -153,7 +153,7 @@ class FineMetrics(_LiveWidget):
 
     @traitlets.validate("span_filter")
     def _check_span_filter(self, proposal: Any) -> str:
-        value = proposal["value"]
+        value: str = proposal["value"]
         if value and not value.startswith(("tag:", "id:")):
             raise traitlets.TraitError(
                 f"span_filter must be '', 'tag:TAG' or 'id:SPAN_ID', got {value!r}."
@@ -163,7 +163,7 @@ class FineMetrics(_LiveWidget):
     def link(self, tree: SpanTree) -> FineMetrics:
         """Show only the span chosen in ``tree`` (and its children)."""
 
-        def follow(change: dict) -> None:
+        def follow(change: dict[str, Any]) -> None:
             self.span_filter = f"id:{change['new']}" if change["new"] else ""
 
         tree.observe(follow, names="selected")
@@ -233,7 +233,7 @@ class ProfileFlameGraph(_LiveWidget):
         self.publisher.feeds["profile"].select(self.prefix or None, start, stop)
 
     @traitlets.observe("prefix", "start", "stop")
-    def _selection_changed(self, change: dict) -> None:
+    def _selection_changed(self, change: dict[str, Any]) -> None:
         if getattr(self, "publisher", None) is None or self._closed:
             return
         self._select()
