@@ -539,8 +539,8 @@ class Client:
 
         self._check_running()
         if span is None:
-            return to_frame(self._diagnostics.fine_metrics(), unit=unit)
-        metrics, label = self._diagnostics.span_metrics(span)
+            return to_frame(self.diagnostics.fine_metrics(), unit=unit)
+        metrics, label = self.diagnostics.span_metrics(span)
         return span_frame(metrics, label, unit=unit)
 
     def register_plugin(self, plugin: Any, name: str | None = None) -> str:
@@ -560,11 +560,14 @@ class Client:
         from .diagnostics.task_stream import TaskStreamRecorder
 
         self._check_running()
-        return TaskStreamRecorder(self._diagnostics)
+        return TaskStreamRecorder(self.diagnostics)
 
-    def task_stream(self, start: Any = None, stop: Any = None, count: int | None = None) -> list:
+    def task_stream(
+        self, start: Any = None, stop: Any = None, count: int | None = None
+    ) -> list[dict[str, Any]]:
         """Task stream records of tasks that ended between ``start`` and ``stop``
-        (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them."""
+        (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them,
+        as dicts (``diagnostics.snapshots.TaskStreamRecord.as_dict``)."""
         from .diagnostics.timewindow import resolve_window
 
         if count is not None and (
@@ -575,9 +578,10 @@ class Client:
                 ">= 0 (0 or None: all of them)."
             )
         self._check_running()
-        source = self._diagnostics
+        source = self.diagnostics
         start_t, stop_t = resolve_window(start, stop, source.now())
-        return source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
+        records = source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
+        return [r.as_dict() for r in records]
 
     def profile(
         self,
@@ -595,7 +599,7 @@ class Client:
         from .diagnostics.profile import profile
 
         self._check_running()
-        return profile(self._diagnostics, start, stop, key, prefix, workers, filename)
+        return profile(self.diagnostics, start, stop, key, prefix, workers, filename)
 
     def profile_metadata(self, start: Any = None, stop: Any = None, workers: Any = None) -> dict:
         """Profile samples over time, in total and per task prefix (for a timeline):
@@ -603,7 +607,7 @@ class Client:
         from .diagnostics.profile import profile_metadata
 
         self._check_running()
-        return profile_metadata(self._diagnostics, start, stop, workers)
+        return profile_metadata(self.diagnostics, start, stop, workers)
 
     def dashboard(self, **kwargs: Any) -> Any:
         """Live widgets for a notebook: progress per task prefix, the span tree and
@@ -618,14 +622,14 @@ class Client:
         from .diagnostics.spans import SpanTreeView
 
         self._check_running()
-        return SpanTreeView(self._diagnostics.spans())
+        return SpanTreeView(self.diagnostics.spans())
 
     @property
-    def diagnostics(self) -> Any:
+    def diagnostics(self) -> EngineSource:
         """The read-only DiagnosticsSource every view of this client's cluster reads."""
         return self._source
 
-    _diagnostics = diagnostics
+    _diagnostics = diagnostics  # the name earlier versions used
 
     def run(
         self, fn: Callable, *args: Any, workers: list[str] | None = None, **kwargs: Any

@@ -1,16 +1,53 @@
-"""DiagnosticsSource over a KernelCluster: snapshots taken on the engine's loop."""
+"""DiagnosticsSource over a KernelCluster: snapshots taken on the engine's loop.
+
+The only diagnostics module that touches the engine: it reads the scheduler's
+state on the loop thread (or asks the workers, through ``run_on_workers``) and
+turns what it reads into the plain data of ``snapshots``, so no view ever holds
+an engine object.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import Any, cast
+
+from ..core.spans import Span
 from ..engine.cluster import KernelCluster
-from .spans import SpanInfo, snapshot_span
+from ..engine.profiler import read_profile, read_profile_metadata
+from .snapshots import (
+    ClusterInfo,
+    FlatRow,
+    MemorySnapshot,
+    Metrics,
+    ProfileMetadata,
+    SourceKind,
+    SpanInfo,
+    StartStop,
+    TaskStreamRecord,
+    TransferLogEntry,
+    TransferLogs,
+    WorkerInfo,
+)
+from .source import DiagnosticsSource
 
 
 class EngineSource:
+    """The DiagnosticsSource of this package's engine (``client.diagnostics``)."""
+
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
 
-    def fine_metrics(self, refresh: bool = True) -> dict[tuple, float]:
+    @property
+    def kind(self) -> SourceKind:
+        return "processes" if self.cluster.processes else "embedded"
+
+    def now(self) -> float:
+        return self.cluster.scheduler.clock()
+
+    # -- fine metrics and spans ------------------------------------------------------
+
+    def fine_metrics(self, refresh: bool = True) -> Metrics:
         loop = self.cluster.loop_thread
         scheduler = self.cluster.scheduler
         if refresh:
@@ -24,23 +61,12 @@ class EngineSource:
             loop.run(self.cluster.scheduler.refresh_metrics)
         return loop.run(lambda: [snapshot_span(s) for s in tree.spans.values()])
 
-    def progress(self) -> dict[str, dict[str, int]]:
-        """Task state counts per task prefix, read on the engine's loop."""
-        prefixes = self.cluster.scheduler.state.task_prefixes
-        return self.cluster.loop_thread.run(
-            lambda: {name: dict(p.states) for name, p in prefixes.items()}
-        )
-
-    def info(self) -> dict:
-        """Workers and thread counts (``Client.scheduler_info``'s shape)."""
-        return self.cluster.loop_thread.run(self.cluster.scheduler.scheduler_info)
-
-    def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[dict[tuple, float], str]:
+    def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[Metrics, str]:
         loop = self.cluster.loop_thread
         tree = self.cluster.scheduler.spans
         loop.run(self.cluster.scheduler.refresh_metrics)
 
-        def read() -> tuple[dict[tuple, float], str]:
+        def read() -> tuple[Metrics, str]:
             if isinstance(selector, str) and selector in tree.spans:
                 span = tree.spans[selector]
                 return span.cumulative_worker_metrics, " / ".join(span.name)
@@ -56,48 +82,64 @@ class EngineSource:
 
         return loop.run(read)
 
-    # -- task stream ------------------------------------------------------------------
+    # -- tasks and workers ---------------------------------------------------------------
 
-    def now(self) -> float:
-        return self.cluster.scheduler.clock()
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Task state counts per task prefix, read on the engine's loop."""
+        prefixes = self.cluster.scheduler.state.task_prefixes
+        return self.cluster.loop_thread.run(
+            lambda: {name: dict(p.states) for name, p in prefixes.items()}
+        )
+
+    def info(self) -> ClusterInfo:
+        """Workers and thread counts (from ``Client.scheduler_info``'s dict)."""
+        raw = self.cluster.loop_thread.run(self.cluster.scheduler.scheduler_info)
+        return ClusterInfo(
+            workers={a: _worker_info(a, w) for a, w in raw["workers"].items()},
+            total_nthreads=int(raw["total_nthreads"]),
+            tasks=int(raw.get("tasks", 0)),
+        )
+
+    def memory(self) -> MemorySnapshot:
+        """Cluster memory now: process (each process once), managed, unmanaged, spilled."""
+        scheduler = self.cluster.scheduler
+
+        def read() -> MemorySnapshot:
+            rss_by_pid: dict[object, int] = {}
+            managed = spilled = 0
+            for address, info in scheduler.worker_info.items():
+                rss_by_pid[info.get("pid") or address] = int(info.get("memory", 0))
+                managed += int(info.get("managed", 0))
+                spilled += int(info.get("spilled", 0))
+            process = sum(rss_by_pid.values())
+            return MemorySnapshot(
+                process_bytes=process,
+                managed_bytes=managed,
+                unmanaged_bytes=max(0, process - managed),
+                spilled_bytes=spilled,
+            )
+
+        self.cluster.loop_thread.run(scheduler.refresh_metrics)
+        return self.cluster.loop_thread.run(read)
+
+    # -- the task stream -------------------------------------------------------------------
 
     def task_stream_index(self) -> int:
         stream = self.cluster.scheduler.task_stream
         return self.cluster.loop_thread.run(lambda: stream.index)
 
-    def task_stream_since(self, index: int) -> list[dict]:
+    # the plugin's records are new dicts made for the reader: turned into snapshots here,
+    # off the engine's loop, which a long history would otherwise hold up
+
+    def task_stream_since(self, index: int) -> list[TaskStreamRecord]:
         stream = self.cluster.scheduler.task_stream
-        return self.cluster.loop_thread.run(lambda: _copy(stream.since(index)))
+        return _records(self.cluster.loop_thread.run(lambda: stream.since(index)))
 
     def task_stream(
         self, start: float | None = None, stop: float | None = None, count: int | None = None
-    ) -> list[dict]:
+    ) -> list[TaskStreamRecord]:
         stream = self.cluster.scheduler.task_stream
-        return self.cluster.loop_thread.run(lambda: _copy(stream.window(start, stop, count)))
-
-    # -- memory -------------------------------------------------------------------------
-
-    def memory(self) -> dict[str, int]:
-        """Cluster memory now: process (each process once), managed, unmanaged, spilled."""
-        scheduler = self.cluster.scheduler
-
-        def read() -> dict[str, int]:
-            rss_by_pid: dict = {}
-            managed = spilled = 0
-            for address, info in scheduler.worker_info.items():
-                rss_by_pid[info.get("pid") or address] = info.get("memory", 0)
-                managed += info.get("managed", 0)
-                spilled += info.get("spilled", 0)
-            process = sum(rss_by_pid.values())
-            return {
-                "process": process,
-                "managed": managed,
-                "unmanaged": max(0, process - managed),
-                "spilled": spilled,
-            }
-
-        self.cluster.loop_thread.run(scheduler.refresh_metrics)
-        return self.cluster.loop_thread.run(read)
+        return _records(self.cluster.loop_thread.run(lambda: stream.window(start, stop, count)))
 
     # -- statistical profiles -------------------------------------------------------------
 
@@ -107,56 +149,144 @@ class EngineSource:
         stop: float | None = None,
         prefix: str | None = None,
         workers: list[str] | None = None,
-    ) -> dict[str, list]:
+    ) -> dict[str, list[FlatRow]]:
         """Each worker's profile over the window, as ``core.profile.to_flat`` rows."""
-        from functools import partial
-
-        from ..engine.profiler import read_profile
-
         fn = partial(read_profile, start=start, stop=stop, prefix=prefix)
         scheduler = self.cluster.scheduler
-        return self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
+        rows: dict[str, list[FlatRow]]
+        rows = self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
+        # rows that crossed from a worker process may have become lists: tuples again
+        return {address: [cast(FlatRow, tuple(r)) for r in flat] for address, flat in rows.items()}
 
     def profile_metadata(
         self,
         start: float | None = None,
         stop: float | None = None,
         workers: list[str] | None = None,
-    ) -> dict[str, dict]:
+    ) -> dict[str, ProfileMetadata]:
         """Each worker's samples per profile cycle (``ProfileLog.metadata``)."""
-        from functools import partial
-
-        from ..engine.profiler import read_profile_metadata
-
         fn = partial(read_profile_metadata, start=start, stop=stop)
         scheduler = self.cluster.scheduler
-        return self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
+        metas: dict[str, dict[str, Any]]
+        metas = self.cluster.loop_thread.run(scheduler.run_on_workers, fn, workers)
+        return {address: _profile_metadata(m) for address, m in metas.items()}
 
     def profile_interval(self) -> float:
         """Seconds between two samples of the statistical profiler."""
-        return self.cluster.profile_interval
+        return float(self.cluster.profile_interval)
 
     def profile_cycle_interval(self) -> float:
         """Seconds covered by one entry of the profile history."""
-        return self.cluster.profile_cycle_interval
+        return float(self.cluster.profile_cycle_interval)
 
     # -- transfers ------------------------------------------------------------------------
 
-    def transfer_logs(self, workers: list[str] | None = None) -> dict[str, dict[str, list]]:
-        """Each worker's transfer logs: ``{address: {"incoming": [...], "outgoing":
-        [...]}}``, entries ``{peer, keys, total, compressed, start, stop}`` (copies)."""
+    def transfer_logs(self, workers: list[str] | None = None) -> dict[str, TransferLogs]:
+        """Each worker's incoming and outgoing transfer logs, oldest first."""
         scheduler = self.cluster.scheduler
-        return self.cluster.loop_thread.run(scheduler.run_on_workers, read_transfer_logs, workers)
+        logs: dict[str, dict[str, list[dict[str, Any]]]]
+        logs = self.cluster.loop_thread.run(scheduler.run_on_workers, read_transfer_logs, workers)
+        return {
+            address: TransferLogs(
+                incoming=_transfers(log["incoming"]), outgoing=_transfers(log["outgoing"])
+            )
+            for address, log in logs.items()
+        }
 
 
-def read_transfer_logs(dask_worker: object) -> dict[str, list]:
-    """Run on a worker: copies of its incoming and outgoing transfer logs."""
+def _conforms(source: EngineSource) -> DiagnosticsSource:
+    """Never called: a type checker proves here that EngineSource is a source."""
+    return source
+
+
+def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:
+    """Run on a worker (in its process): copies of its transfer logs, as plain dicts."""
     return {
-        direction: [dict(e) for e in getattr(dask_worker, f"transfer_{direction}_log", ())]
-        for direction in ("incoming", "outgoing")
+        "incoming": [dict(e) for e in dask_worker.transfer_incoming_log],
+        "outgoing": [dict(e) for e in dask_worker.transfer_outgoing_log],
     }
 
 
-def _copy(records: list[dict]) -> list[dict]:
-    """Plain copies: readers must not see (or change) the engine's own records."""
-    return [{**r, "startstops": [dict(ss) for ss in r["startstops"]]} for r in records]
+# -- engine data to snapshots --------------------------------------------------------------
+
+
+def snapshot_span(span: Span) -> SpanInfo:
+    """Read a core Span (on the engine's thread) into plain data."""
+    return SpanInfo(
+        id=span.id,
+        name=tuple(span.name),
+        parent=span.parent.id if span.parent is not None else None,
+        children=tuple(c.id for c in span.children),
+        enqueued=span.enqueued,
+        start=span.start,
+        stop=span.stop,
+        duration=span.duration,
+        nbytes_total=span.nbytes_total,
+        states=span.states,
+        done=span.done,
+        active_cpu_seconds=span.active_cpu_seconds,
+        metrics=span.cumulative_worker_metrics,
+        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
+    )
+
+
+def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
+    return WorkerInfo(
+        address=address,
+        name=w.get("name"),
+        nthreads=int(w["nthreads"]),
+        memory_limit_bytes=w.get("memory_limit"),
+        processing=int(w.get("processing", 0)),
+        paused=bool(w.get("paused", False)),
+        nbytes=int(w.get("nbytes", 0)),
+        keys=int(w.get("keys", 0)),
+        memory_bytes=int(w.get("memory") or 0),
+        pid=w.get("pid"),
+        last_seen=w.get("last_seen"),
+    )
+
+
+def _records(records: Iterable[Mapping[str, Any]]) -> list[TaskStreamRecord]:
+    """The task stream plugin's records as snapshots (readers never see its own)."""
+    return [
+        TaskStreamRecord(
+            index=r["index"],
+            key=r["key"],
+            prefix=r["prefix"],
+            span_id=r["span_id"],
+            worker=r["worker"],
+            thread=r["thread"],
+            status=r["status"],
+            nbytes=r["nbytes"],
+            startstops=tuple(
+                StartStop(ss["action"], ss["start"], ss["stop"], ss.get("source"))
+                for ss in r["startstops"]
+            ),
+        )
+        for r in records
+    ]
+
+
+def _profile_metadata(meta: Mapping[str, Any]) -> ProfileMetadata:
+    return ProfileMetadata(
+        counts=tuple((float(t), int(n)) for t, n in meta.get("counts", ())),
+        keys={
+            str(p): tuple((float(t), int(n)) for t, n in points)
+            for p, points in meta.get("keys", {}).items()
+        },
+        cycle_seconds=meta.get("cycle_interval"),
+    )
+
+
+def _transfers(entries: Iterable[Mapping[str, Any]]) -> tuple[TransferLogEntry, ...]:
+    return tuple(
+        TransferLogEntry(
+            peer=str(e["peer"]),
+            keys=tuple(e["keys"]),
+            total_bytes=int(e["total"]),
+            compressed_bytes=int(e.get("compressed", e["total"])),
+            start=float(e["start"]),
+            stop=float(e["stop"]),
+        )
+        for e in entries
+    )

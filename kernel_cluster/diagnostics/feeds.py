@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.spans import FOLDED_ID, is_default_span_id
+from .snapshots import SpanInfo
 
 Message = tuple[dict[str, Any], list[bytes]]
 MetricKey = tuple[str | None, str | None, str | None, str | None, str | None]
@@ -176,7 +177,7 @@ class RecordsFeed:
 # -- snapshots as records ----------------------------------------------------------------
 
 
-def span_records(spans: Iterable[Any]) -> dict[str, dict[str, Any]]:
+def span_records(spans: Iterable[SpanInfo]) -> dict[str, dict[str, Any]]:
     """``SpanInfo`` snapshots as the span feed's records (no per-span metrics: the
     browser filters the metrics rows by span id itself)."""
     out = {}

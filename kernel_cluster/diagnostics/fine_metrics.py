@@ -11,10 +11,12 @@ from typing import Any
 
 import pandas as pd
 
+from .snapshots import Metrics
+
 COLUMNS = ["context", "span", "function", "activity", "unit", "value"]
 
 
-def to_frame(metrics: dict[tuple, float], unit: str | None = None) -> pd.DataFrame:
+def to_frame(metrics: Metrics, unit: str | None = None) -> pd.DataFrame:
     """One row per metric; ``unit`` keeps only that unit (seconds, bytes, count, ...)."""
     rows = []
     if unit is not None:
@@ -43,11 +45,11 @@ def to_frame(metrics: dict[tuple, float], unit: str | None = None) -> pd.DataFra
 ENGINE_UNITS = ("seconds", "bytes", "count")
 
 
-def check_unit(unit: Any, metrics: dict[tuple, float]) -> None:
+def check_unit(unit: Any, metrics: Metrics) -> None:
     """A ``unit`` nothing is measured in is a typo, not an empty table: say which exist."""
     if not isinstance(unit, str):
         raise TypeError(f"unit={unit!r}: give a unit name such as 'seconds', or None for all.")
-    units = {key[-1] for key in metrics if isinstance(key, tuple) and key}
+    units = {k[-1] for k in metrics if isinstance(k, tuple) and k and isinstance(k[-1], str)}
     if unit in units or unit in ENGINE_UNITS:
         return
     known = sorted(units | set(ENGINE_UNITS))
@@ -57,9 +59,9 @@ def check_unit(unit: Any, metrics: dict[tuple, float]) -> None:
     )
 
 
-def span_frame(metrics: dict[tuple, float], label: str, unit: str | None = None) -> pd.DataFrame:
+def span_frame(metrics: Metrics, label: str, unit: str | None = None) -> pd.DataFrame:
     """Rows like ``to_frame``'s for a span's metrics (keyed without the span id)."""
-    spanned = {("execute", label, k[1], k[2], k[3]): v for k, v in metrics.items()}
+    spanned: Metrics = {("execute", label, k[1], k[2], k[3]): v for k, v in metrics.items()}
     return to_frame(spanned, unit=unit)
 
 

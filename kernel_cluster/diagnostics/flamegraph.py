@@ -50,7 +50,7 @@ def page_html(profiles: Mapping[str, Any], title: str) -> str:
 
 
 def write_flame_graph(
-    tree: Tree, filename: str | os.PathLike, title: str = "Profile", **kwargs: Any
+    tree: Tree, filename: str | os.PathLike[str], title: str = "Profile", **kwargs: Any
 ) -> str:
     """Write the page to ``filename``; returns its path."""
     path = os.fspath(filename)

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .source import default_source
+from .source import Diagnosable, source_of
 
 MEASURES = ("process", "managed", "unmanaged", "spilled")
 
@@ -31,7 +31,7 @@ class MemorySampler:
         self,
         label: str | None = None,
         *,
-        client: Any = None,
+        client: Diagnosable | None = None,
         measure: str = "process",
         interval: float = 0.5,
     ) -> Periodic:
@@ -45,12 +45,18 @@ class MemorySampler:
             raise ValueError(f"measure={measure!r}: use one of {', '.join(MEASURES)}.")
         if not interval > 0:
             raise ValueError(f"interval must be a positive number of seconds, got {interval!r}.")
-        source = default_source() if client is None else client.diagnostics
+        source = source_of(client)
         label = label or f"sample-{uuid.uuid4().hex[:8]}"
         series = self.samples.setdefault(label, [])
 
         def take() -> None:
-            point = (time.time(), int(source.memory()[measure]))
+            memory = source.memory()
+            if memory is None:
+                raise ValueError(
+                    f"{type(source).__name__} measures no memory: MemorySampler needs a "
+                    "source that does, such as a kernel_cluster Client's."
+                )
+            point = (time.time(), memory.measure(measure))
             series.append(point)
             self._sampled(label, point)
 

@@ -11,11 +11,12 @@ from typing import Any
 
 from ..core.keys import key_split
 from ..core.profile import Tree, from_flat, merge_into, merge_metadata, new_tree
+from .source import DiagnosticsSource
 from .timewindow import resolve_window
 
 
 def profile(
-    source: Any,
+    source: DiagnosticsSource,
     start: Any = None,
     stop: Any = None,
     key: Any = None,
@@ -38,8 +39,8 @@ def profile(
     )
     tree = merge_into(new_tree(), *(from_flat(r) for r in rows.values()))
     if filename is not None:
-        from .flamegraph import page_html, static_profiles
-        from .profile_feed import read_static_profiles
+        from .flamegraph import page_html
+        from .profile_feed import read_static_profiles, static_profiles
 
         what = f"tasks {prefix!r}" if prefix is not None else "all tasks"
         data = read_static_profiles(source, start_t, stop_t, prefix, tree=tree)
@@ -49,17 +50,22 @@ def profile(
     return tree
 
 
-def profile_metadata(source: Any, start: Any = None, stop: Any = None, workers: Any = None) -> dict:
+def profile_metadata(
+    source: DiagnosticsSource, start: Any = None, stop: Any = None, workers: Any = None
+) -> dict[str, Any]:
     """Samples over time, for a timeline under the flame graph: ``{"counts": [(time,
     n)], "keys": {prefix: [(time, n)]}}``, summed over workers per profile cycle
     (times are cycle ends rounded down to the cycle length)."""
     start_t, stop_t = _window(source, start, stop)
     metas = source.profile_metadata(start=start_t, stop=stop_t, workers=_workers(source, workers))
-    cycles = [m["cycle_interval"] for m in metas.values() if m.get("cycle_interval")]
-    return merge_metadata(metas.values(), max(cycles, default=1.0))
+    cycles = [m.cycle_seconds for m in metas.values() if m.cycle_seconds]
+    merged: dict[str, Any] = merge_metadata(
+        [m.as_dict() for m in metas.values()], max(cycles, default=1.0)
+    )
+    return merged
 
 
-def _window(source: Any, start: Any, stop: Any) -> tuple[float | None, float | None]:
+def _window(source: DiagnosticsSource, start: Any, stop: Any) -> tuple[float | None, float | None]:
     start_t, stop_t = resolve_window(start, stop, source.now())
     if start_t is not None and stop_t is not None and stop_t < start_t:
         raise ValueError(f"stop={stop!r} is before start={start!r}.")
@@ -77,13 +83,13 @@ def _prefix(key: Any, prefix: str | None) -> str | None:
     return from_key
 
 
-def _workers(source: Any, workers: Any) -> list[str] | None:
+def _workers(source: DiagnosticsSource, workers: Any) -> list[str] | None:
     """Addresses for ``workers`` (addresses or names, one or a list); None: all."""
     if workers is None:
         return None
     wanted = [workers] if isinstance(workers, str) else list(workers)
-    known = source.info()["workers"]
-    by_name = {info.get("name"): address for address, info in known.items()}
+    known = source.info().workers
+    by_name = {info.name: address for address, info in known.items()}
     out = []
     for w in wanted:
         if w in known:

@@ -26,9 +26,10 @@ from typing import Any
 
 from ..core.profile import Tree, iter_nodes, new_tree
 from .feeds import Message
+from .source import DiagnosticsSource
 
 NBUFFERS = 7
-DEFAULT_INTERVAL = 0.01  # seconds between samples, when the source does not say
+DEFAULT_INTERVAL = 0.01  # seconds between samples, for pages made from a tree alone
 
 
 def flatten(
@@ -196,13 +197,13 @@ class ProfileFeed:
         return content, [] if tree is None else list(tree[1])
 
 
-def read_profile_snapshot(source: Any, feed: ProfileFeed) -> dict[str, Any]:
+def read_profile_snapshot(source: DiagnosticsSource, feed: ProfileFeed) -> dict[str, Any]:
     """The timeline of every sample, and the selected profile if it may have changed."""
     from .profile import profile, profile_metadata
 
     meta = profile_metadata(source)
     timeline = clean_timeline(meta)
-    cycle = _cycle_interval(source)
+    cycle = source.profile_cycle_interval()
     selection = dict(feed.selection)
     samples = samples_in(timeline, selection, cycle)
     tree = None
@@ -213,19 +214,13 @@ def read_profile_snapshot(source: Any, feed: ProfileFeed) -> dict[str, Any]:
             stop=selection["stop"],
             prefix=selection["prefix"],
         )
-    interval = getattr(source, "profile_interval", None)
     return {
         "timeline": timeline,
         "tree": tree,
         "samples": samples,
         "selection": selection,
-        "interval": interval() if callable(interval) else DEFAULT_INTERVAL,
+        "interval": source.profile_interval(),
     }
-
-
-def _cycle_interval(source: Any) -> float:
-    cycle = getattr(source, "profile_cycle_interval", None)
-    return cycle() if callable(cycle) else 1.0
 
 
 class ProfileReader:
@@ -276,7 +271,7 @@ def static_profiles(
 
 
 def read_static_profiles(
-    source: Any,
+    source: DiagnosticsSource,
     start: float | None = None,
     stop: float | None = None,
     prefix: str | None = None,
@@ -300,5 +295,4 @@ def read_static_profiles(
             trees[p] = profile(source, start=start, stop=stop, prefix=p)
     else:
         timeline = {"counts": timeline["keys"].get(prefix, []), "keys": {}}
-    interval = getattr(source, "profile_interval", None)
-    return static_profiles(trees, timeline, interval() if callable(interval) else DEFAULT_INTERVAL)
+    return static_profiles(trees, timeline, source.profile_interval())

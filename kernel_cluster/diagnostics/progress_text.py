@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
+from .source import DiagnosticsSource
+
 
 def summarize(states: Mapping[str, int]) -> dict[str, int]:
     """Done, erred, running and waiting tasks out of a prefix's state counts."""
@@ -86,7 +88,7 @@ class TextProgress:
 
     def __init__(
         self,
-        source: Any,
+        source: DiagnosticsSource,
         *,
         file: IO[str] | None = None,
         interval: float = 0.2,

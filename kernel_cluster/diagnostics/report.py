@@ -29,16 +29,20 @@ import platform
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.spans import FOLDED_ID, is_default_span_id
 from .feeds import MetricsFeed, RecordsFeed, progress_records, span_records
 from .memory_sampler import Periodic
 from .profile_feed import read_static_profiles
-from .source import default_source
+from .snapshots import Metrics, SpanInfo, TaskStreamRecord, TransferLogs
+from .source import Diagnosable, DiagnosticsSource, source_of
 from .stream_feed import TaskStreamFeed
+
+T = TypeVar("T")
 
 STATIC = Path(__file__).resolve().parent.parent / "jupyter" / "static"
 _VERSIONED = ("kernel-cluster", "tornado", "msgpack", "cloudpickle", "pandas", "numpy")
@@ -53,8 +57,8 @@ class performance_report:
 
     def __init__(
         self,
-        filename: str | os.PathLike = "kernel-cluster-report.html",
-        client: Any = None,
+        filename: str | os.PathLike[str] = "kernel-cluster-report.html",
+        client: Diagnosable | None = None,
         title: str = "kernel-cluster performance report",
         stacklevel: int = 1,
         memory_interval: float = 0.1,
@@ -65,49 +69,49 @@ class performance_report:
         self.client = client
         self.title = title
         self.stacklevel = stacklevel
-        self.source: Any = None
+        self.source: DiagnosticsSource | None = None
         self.html: str | None = None
 
     def __enter__(self) -> performance_report:
         check_writable(self.filename)  # before the work runs, not after it
-        if self.client is None:
-            self.source = default_source()
-        else:
-            self.source = getattr(self.client, "diagnostics", self.client)
+        self.source = src = source_of(self.client)
         frame = sys._getframe(self.stacklevel)
         self._code = _block_source(frame.f_code.co_filename, frame.f_lineno)
         self._filename = frame.f_code.co_filename
-        self._metrics0 = self.source.fine_metrics()
-        self._spans0 = {s.id for s in self.source.spans(refresh=False)}
-        self._stream0 = _try(lambda: self.source.task_stream_index())
+        self._metrics0 = src.fine_metrics()
+        self._spans0 = {s.id for s in src.spans(refresh=False)}
+        self._stream0 = _try(src.task_stream_index)
         self._wall0 = time.time()
-        self._memory: list[list[float]] = []  # [time, process, managed, spilled]
-        self._sampler = None
-        if callable(getattr(self.source, "memory", None)):
-            self._sampler = Periodic(self._sample_memory, self.memory_interval, "report-memory")
-            _try(self._sampler.start)
+        self._memory: list[list[float]] = []  # [time, process, managed, spilled] bytes
+        # a source that measures no memory gives no samples, and the report no section
+        self._sampler = Periodic(self._sample_memory, self.memory_interval, "report-memory")
+        _try(self._sampler.start)
         self._t0 = time.perf_counter()
         return self
 
     def _sample_memory(self) -> None:
+        assert self.source is not None
         try:
             m = self.source.memory()
         except Exception:  # the cluster went away mid-block: keep what was sampled
             return
-        self._memory.append([time.time(), m["process"], m["managed"], m["spilled"]])
+        if m is not None:
+            self._memory.append([time.time(), m.process_bytes, m.managed_bytes, m.spilled_bytes])
 
     def __exit__(self, *exc: Any) -> None:
         duration = time.perf_counter() - self._t0
         if self._sampler is not None:
             self._sampler.stop()
         src = self.source
+        assert src is not None, "performance_report exited without entering"
         metrics = _subtract(src.fine_metrics(), self._metrics0)
         spans = [s for s in src.spans(refresh=False) if s.id not in self._spans0]
-        info = _try(src.info) or {}
+        info = _try(src.info)
         sections: dict[str, Any] = {}
         tasks = None  # the task stream records of the tasks that ran in the block
-        if self._stream0 is not None:
-            tasks = _try(lambda: src.task_stream_since(self._stream0))
+        stream0 = self._stream0
+        if stream0 is not None:
+            tasks = _try(lambda: src.task_stream_since(stream0))
         # the statistical profile of the block: every task's and each prefix's
         sections["profile"] = _try(lambda: read_static_profiles(src, start=self._wall0))
         sections["memory"] = memory_section(self._memory)
@@ -120,8 +124,8 @@ class performance_report:
             "start": self._wall0,
             "duration": duration,
             "tasks": int(_total(metrics, "execute", "tasks", "count")),
-            "workers": len(info.get("workers", {})),
-            "threads": int(info.get("total_nthreads", 0)),
+            "workers": len(info.workers) if info is not None else 0,
+            "threads": info.total_nthreads if info is not None else 0,
             "nbytes": _total(metrics, "gather-dep", "network", "bytes"),
             "versions": versions(),
             "code": self._code,
@@ -140,7 +144,7 @@ class performance_report:
         self.filename.write_text(self.html, encoding="utf-8")
 
 
-def memory_section(samples: list[list[float]]) -> dict | None:
+def memory_section(samples: list[list[float]]) -> dict[str, list[float]] | None:
     """Memory samples as columns: times and process, managed, spilled bytes."""
     if not samples:
         return None
@@ -154,46 +158,48 @@ def memory_section(samples: list[list[float]]) -> dict | None:
 
 
 def transfers(
-    logs: dict[str, dict[str, list]], since: float, until: float, limit: int = 50_000
-) -> dict | None:
+    logs: dict[str, TransferLogs], since: float, until: float, limit: int = 50_000
+) -> dict[str, Any] | None:
     """Transfers that ended after ``since``, from the workers' incoming logs, as
     columns: ``{"workers": [address], "to", "from" (indices), "start", "stop",
     "bytes", "compressed"}``, the ``limit`` most recent; and the block's ``window``."""
     rows = []
     for worker, log in logs.items():
-        for e in log.get("incoming", ()):
-            if e.get("stop", 0) >= since:
-                rows.append((worker, str(e.get("peer", "")), e))
+        for e in log.incoming:
+            if e.stop >= since:
+                rows.append((worker, e.peer, e))
     if not rows:
         return None
-    rows.sort(key=lambda r: r[2]["start"])
+    rows.sort(key=lambda r: r[2].start)
     rows = rows[-limit:]
     names: dict[str, int] = {}
-    out: dict[str, list] = {k: [] for k in ("to", "from", "start", "stop", "bytes", "compressed")}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("to", "from", "start", "stop", "bytes", "compressed")
+    }
     for to, frm, e in rows:
         out["to"].append(names.setdefault(to, len(names)))
         out["from"].append(names.setdefault(frm, len(names)))
-        out["start"].append(float(e["start"]))
-        out["stop"].append(float(e["stop"]))
-        out["bytes"].append(int(e.get("total", 0)))
-        out["compressed"].append(int(e.get("compressed", e.get("total", 0))))
+        out["start"].append(e.start)
+        out["stop"].append(e.stop)
+        out["bytes"].append(e.total_bytes)
+        out["compressed"].append(e.compressed_bytes)
     return {"workers": list(names), "window": [since, until], **out}
 
 
-def _total(metrics: dict[tuple, float], context: str, activity: str, unit: str) -> float:
+def _total(metrics: Metrics, context: str, activity: str, unit: str) -> float:
     return sum(v for k, v in metrics.items() if k[0] == context and k[-2:] == (activity, unit))
 
 
-def _try(fn: Any) -> Any:
+def _try(fn: Callable[[], T]) -> T | None:
     try:
         return fn()
     except Exception:
         return None
 
 
-def _subtract(after: dict[tuple, float], before: dict[tuple, float]) -> dict[tuple, float]:
+def _subtract(after: Metrics, before: Metrics) -> Metrics:
     if any(k not in after for k in before):  # default spans folded meanwhile (core.spans)
-        refolded: dict[tuple, float] = {}
+        refolded: Metrics = {}
         for k, v in before.items():
             if k not in after and len(k) == 5 and is_default_span_id(k[1]):
                 k = (k[0], FOLDED_ID, k[2], k[3], k[4])
@@ -263,13 +269,13 @@ def _block_source(filename: str, lineno: int) -> str:
 def build_report_data(
     *,
     title: str,
-    metrics: dict[tuple, float],
-    spans: list,
-    progress: dict,
-    summary: dict,
-    sections: dict,
-    tasks: list | None = None,
-) -> dict:
+    metrics: Metrics,
+    spans: list[SpanInfo],
+    progress: dict[str, dict[str, int]],
+    summary: dict[str, Any],
+    sections: dict[str, Any],
+    tasks: list[TaskStreamRecord] | None = None,
+) -> dict[str, Any]:
     """The report's data: the same full messages a widget gets, buffers in base64."""
     parts = [
         MetricsFeed().update(metrics, full=True),
@@ -305,7 +311,7 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def render_html(data: dict, heading: str = "", note: str = "") -> str:
+def render_html(data: dict[str, Any], heading: str = "", note: str = "") -> str:
     """The page: the renderer library, its styles and ``data``, inline. ``heading``
     and ``note`` (HTML) are what a browser without scripts shows."""
     script = STATIC / "report.js"

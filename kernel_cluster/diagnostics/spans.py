@@ -13,10 +13,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ..core.annotations import current_span, get_annotations
+from .snapshots import SpanInfo
 
-__all__ = ["get_annotations", "span"]
+__all__ = ["SpanInfo", "SpanTreeView", "get_annotations", "span"]
 
 
 @contextmanager
@@ -46,42 +48,14 @@ def span(*tags: str) -> Iterator[str]:
 # -- reading the span tree: snapshots of plain data -----------------------------------------
 
 
-class SpanInfo:
-    """One span as plain data, with the numbers of its whole subtree."""
-
-    __slots__ = (
-        "active_cpu_seconds",
-        "children",
-        "code",
-        "done",
-        "duration",
-        "enqueued",
-        "id",
-        "metrics",
-        "name",
-        "nbytes_total",
-        "parent",
-        "start",
-        "states",
-        "stop",
-    )
-
-    def __init__(self, **fields):
-        for k, v in fields.items():
-            setattr(self, k, v)
-
-    def __repr__(self) -> str:
-        return f"<Span {' / '.join(self.name)} ({self.id[:8]}) done={self.done}>"
-
-
 class SpanTreeView:
     """``client.spans()``: every span, nested as on the scheduler."""
 
-    def __init__(self, spans: list[SpanInfo]):
+    def __init__(self, spans: list[SpanInfo]) -> None:
         self.by_id = {s.id: s for s in spans}
         self.roots = [s for s in spans if s.parent is None]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[SpanInfo]:
         return iter(self.by_id.values())
 
     def __len__(self) -> int:
@@ -90,7 +64,7 @@ class SpanTreeView:
     def __getitem__(self, span_id: str) -> SpanInfo:
         return self.by_id[span_id]
 
-    def to_pandas(self):
+    def to_pandas(self) -> Any:
         """A flat table: one row per span with its subtree's totals."""
         import pandas as pd
 
@@ -115,23 +89,3 @@ class SpanTreeView:
                 }
             )
         return pd.DataFrame(rows)
-
-
-def snapshot_span(span) -> SpanInfo:
-    """Read a core Span (on the engine's thread) into plain data."""
-    return SpanInfo(
-        id=span.id,
-        name=span.name,
-        parent=span.parent.id if span.parent is not None else None,
-        children=[c.id for c in span.children],
-        enqueued=span.enqueued,
-        start=span.start,
-        stop=span.stop,
-        duration=span.duration,
-        nbytes_total=span.nbytes_total,
-        states=span.states,
-        done=span.done,
-        active_cpu_seconds=span.active_cpu_seconds,
-        metrics=span.cumulative_worker_metrics,
-        code=list(span.code),
-    )

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from .feeds import Message
+from .snapshots import TaskKey, TaskStreamRecord
 
 ACTIONS = ("compute", "transfer", "disk-read", "disk-write", "deserialize")
 _ACTION = {a: i for i, a in enumerate(ACTIONS)}
@@ -52,7 +53,7 @@ class TaskStreamFeed:
         self.first_task = 0  # number of the oldest task held
         self._strings: dict[str, int] = {}
         self.strings: list[str] = []
-        self._rows: dict[tuple[str, Any], int] = {}
+        self._rows: dict[tuple[str, int | None], int] = {}
         self._threads: dict[str, int] = {}  # threads seen per worker
         self.rows: list[tuple[int, int]] = []  # (worker string, thread number)
         self.keys: list[str] = []
@@ -76,7 +77,7 @@ class TaskStreamFeed:
             self.strings.append(s)
         return i
 
-    def _row(self, worker: str, thread: Any) -> int:
+    def _row(self, worker: str, thread: int | None) -> int:
         row = self._rows.get((worker, thread))
         if row is None:
             n = self._threads.get(worker, 0)
@@ -85,13 +86,13 @@ class TaskStreamFeed:
             self.rows.append((self._string(worker), n))
         return row
 
-    def update(self, records: Iterable[Mapping[str, Any]], full: bool = False) -> Message | None:
+    def update(self, records: Iterable[TaskStreamRecord], full: bool = False) -> Message | None:
         """The message that brings the browser up to ``records`` (the records made since
         the last call, in order); None when there are none."""
         n_strings, n_rows, n_tasks = len(self.strings), len(self.rows), len(self.keys)
         n_rects = len(self.rect_start)
         for r in records:
-            self.next_index = max(self.next_index, int(r.get("index", self.next_index)) + 1)
+            self.next_index = max(self.next_index, r.index + 1)
             self._add(r)
         dropped, cut = self._trim()
         if full:
@@ -107,22 +108,22 @@ class TaskStreamFeed:
         """Everything held, for a browser that starts over."""
         return self._message(0, 0, 0, 0, full=True)
 
-    def _add(self, r: Mapping[str, Any]) -> None:
+    def _add(self, r: TaskStreamRecord) -> None:
         task = self.first_task + len(self.keys)
-        self.keys.append(_key_text(r.get("key")))
-        self.task_prefix.append(self._string(str(r.get("prefix") or "")))
-        self.task_status.append(0 if r.get("status", "OK") == "OK" else 1)
-        self.task_nbytes.append(float(r.get("nbytes") or 0))
-        row = self._row(str(r.get("worker") or ""), r.get("thread"))
-        for ss in r.get("startstops", ()):
-            action = _ACTION.get(ss["action"])
+        self.keys.append(_key_text(r.key))
+        self.task_prefix.append(self._string(r.prefix or ""))
+        self.task_status.append(0 if r.status == "OK" else 1)
+        self.task_nbytes.append(float(r.nbytes or 0))
+        row = self._row(r.worker or "", r.thread)
+        for ss in r.startstops:
+            action = _ACTION.get(ss.action)
             if action is None:
                 continue
             self.rect_task.append(task)
             self.rect_row.append(row)
             self.rect_action.append(action)
-            self.rect_start.append(float(ss["start"]))
-            self.rect_stop.append(float(ss["stop"]))
+            self.rect_start.append(float(ss.start))
+            self.rect_stop.append(float(ss.stop))
 
     def _trim(self) -> tuple[int, int]:
         """Forget the oldest tasks once a quarter more than ``max_tasks`` are held (in
@@ -168,7 +169,7 @@ class TaskStreamFeed:
         return content, buffers
 
 
-def _key_text(key: Any) -> str:
+def _key_text(key: TaskKey | Hashable) -> str:
     if isinstance(key, str):
         return key
     if isinstance(key, tuple):

@@ -31,6 +31,8 @@ from ..diagnostics.feeds import (
     span_records,
 )
 from ..diagnostics.profile_feed import ProfileFeed, read_profile_snapshot
+from ..diagnostics.snapshots import TaskStreamRecord
+from ..diagnostics.source import DiagnosticsSource
 from ..diagnostics.stream_feed import TaskStreamFeed
 
 logger = logging.getLogger(__name__)
@@ -38,14 +40,14 @@ logger = logging.getLogger(__name__)
 MIN_INTERVAL = 0.25  # at most four updates per second per widget
 
 
-def _read_tasks(source: Any, feed: TaskStreamFeed) -> list[dict]:
+def _read_tasks(source: DiagnosticsSource, feed: TaskStreamFeed) -> list[TaskStreamRecord]:
     if source.task_stream_index() == feed.next_index:
         return []  # nothing new: skip copying the history's tail
     return source.task_stream_since(feed.next_index)
 
 
 # name -> (make a feed, read its next snapshot from a source)
-READERS: dict[str, tuple[Callable[[], Any], Callable[[Any, Any], Any]]] = {
+READERS: dict[str, tuple[Callable[..., Any], Callable[[DiagnosticsSource, Any], Any]]] = {
     "metrics": (MetricsFeed, lambda src, _: src.fine_metrics(refresh=False)),
     "spans": (lambda: RecordsFeed("spans"), lambda src, _: span_records(src.spans(refresh=False))),
     "progress": (lambda: RecordsFeed("progress"), lambda src, _: progress_records(src.progress())),
@@ -58,7 +60,7 @@ FEEDS = tuple(READERS)
 class Publisher:
     def __init__(
         self,
-        source: Any,
+        source: DiagnosticsSource,
         feeds: tuple[str, ...],
         send: Callable[[dict[str, Any], list[bytes]], None],
         min_interval: float = 0.5,

@@ -32,8 +32,8 @@ from typing import Any
 import anywidget
 import traitlets
 
+from ..diagnostics.source import Diagnosable, source_of
 from .live import Poller, Publisher
-from .notebook import source_of
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _LiveWidget(anywidget.AnyWidget):
 
     def __init__(
         self,
-        client: Any,
+        client: Diagnosable,
         *,
         interval: float = 0.5,
         autostart: bool = True,
@@ -120,7 +120,7 @@ class _LiveWidget(anywidget.AnyWidget):
 
     # -- browser -> kernel ------------------------------------------------------------------
 
-    def _on_browser_message(self, _widget: Any, content: Any, buffers: list) -> None:
+    def _on_browser_message(self, _widget: Any, content: Any, buffers: list[bytes]) -> None:
         if isinstance(content, dict) and content.get("type") == "refresh" and not buffers:
             try:
                 self.publisher.send_full()
@@ -149,11 +149,11 @@ class FineMetrics(_LiveWidget):
     span_filter = traitlets.Unicode("", help="'' (all), 'tag:TAG' or 'id:SPAN_ID'").tag(sync=True)
     hidden_functions = traitlets.List(traitlets.Unicode()).tag(sync=True)
     hidden_activities = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    _feeds = ("metrics", "spans")
+    _feeds: tuple[str, ...] = ("metrics", "spans")
 
     @traitlets.validate("span_filter")
     def _check_span_filter(self, proposal: Any) -> str:
-        value = proposal["value"]
+        value: str = proposal["value"]
         if value and not value.startswith(("tag:", "id:")):
             raise traitlets.TraitError(
                 f"span_filter must be '', 'tag:TAG' or 'id:SPAN_ID', got {value!r}."
@@ -163,7 +163,7 @@ class FineMetrics(_LiveWidget):
     def link(self, tree: SpanTree) -> FineMetrics:
         """Show only the span chosen in ``tree`` (and its children)."""
 
-        def follow(change: dict) -> None:
+        def follow(change: dict[str, Any]) -> None:
             self.span_filter = f"id:{change['new']}" if change["new"] else ""
 
         tree.observe(follow, names="selected")
@@ -233,7 +233,7 @@ class ProfileFlameGraph(_LiveWidget):
         self.publisher.feeds["profile"].select(self.prefix or None, start, stop)
 
     @traitlets.observe("prefix", "start", "stop")
-    def _selection_changed(self, change: dict) -> None:
+    def _selection_changed(self, change: dict[str, Any]) -> None:
         if getattr(self, "publisher", None) is None or self._closed:
             return
         self._select()
@@ -249,10 +249,10 @@ class Dashboard(FineMetrics):
 
     kind = traitlets.Unicode("dashboard").tag(sync=True)
     selected = traitlets.Unicode("").tag(sync=True)
-    _feeds = ("metrics", "spans", "progress")
+    _feeds: tuple[str, ...] = ("metrics", "spans", "progress")
 
 
-def dashboard(client: Any, **kwargs: Any) -> Dashboard:
+def dashboard(client: Diagnosable, **kwargs: Any) -> Dashboard:
     return Dashboard(client, **kwargs)
 
 

@@ -1,16 +1,40 @@
-"""A DiagnosticsSource made of plain dicts, changed by the tests."""
+"""A DiagnosticsSource made of plain data, changed by the tests.
+
+``FakeSource`` implements the whole protocol: what a test does not fill in reads
+as empty (no task stream, profiles, transfers; no memory measured).
+``StreamSource`` adds a task stream, a profile and memory. ``run_workload`` fills a
+StreamSource as the conformance suite's known workload would fill an engine.
+"""
 
 from __future__ import annotations
 
-from kernel_cluster.diagnostics.spans import SpanInfo
+from dataclasses import replace
+from typing import Any
+
+from kernel_cluster.core.profile import new_tree, to_flat
+from kernel_cluster.core.scheduler_tasks import ALL_STATES
+from kernel_cluster.diagnostics.snapshots import (
+    ClusterInfo,
+    FlatRow,
+    MemorySnapshot,
+    Metrics,
+    ProfileMetadata,
+    SourceKind,
+    SpanInfo,
+    StartStop,
+    TaskStreamRecord,
+    TransferLogEntry,
+    TransferLogs,
+    WorkerInfo,
+)
 
 
-def span_info(id_: str, name: tuple[str, ...], parent: str | None = None, **kw) -> SpanInfo:
-    fields = {
+def span_info(id_: str, name: tuple[str, ...], parent: str | None = None, **kw: Any) -> SpanInfo:
+    fields: dict[str, Any] = {
         "id": id_,
         "name": name,
         "parent": parent,
-        "children": [],
+        "children": (),
         "enqueued": 1.0,
         "start": 1.0,
         "stop": 2.0,
@@ -20,18 +44,45 @@ def span_info(id_: str, name: tuple[str, ...], parent: str | None = None, **kw) 
         "done": True,
         "active_cpu_seconds": 1.0,
         "metrics": {},
-        "code": [],
+        "code": (),
     }
     fields.update(kw)
     return SpanInfo(**fields)
 
 
+def worker_info(address: str, nthreads: int = 2) -> WorkerInfo:
+    return WorkerInfo(
+        address=address,
+        name=address,
+        nthreads=nthreads,
+        memory_limit_bytes=None,
+        processing=0,
+        paused=False,
+        nbytes=0,
+        keys=0,
+        memory_bytes=0,
+        pid=None,
+        last_seen=None,
+    )
+
+
 class FakeSource:
+    kind: SourceKind = "embedded"
+
     def __init__(self) -> None:
-        self.metrics: dict[tuple, float] = {}
+        self.metrics: Metrics = {}
         self.span_list: list[SpanInfo] = []
         self.prefixes: dict[str, dict[str, int]] = {}
+        self.workers: dict[str, WorkerInfo] = {"w1": worker_info("w1")}
+        self.stream: list[TaskStreamRecord] = []
+        self.trees: dict[str | None, dict[str, Any]] = {}  # profile by prefix (None: all)
+        self.meta: dict[str, Any] = {"counts": [], "keys": {}, "cycle_interval": 1.0}
+        self.mem: dict[str, int] | None = None  # None: measures no memory
+        self.transfers: dict[str, TransferLogs] = {}
+        self.t = 1000.0
         self.reads = 0
+        self.stream_reads = 0
+        self.profile_reads = 0
         self.closed = False
 
     def _check(self) -> None:
@@ -39,9 +90,29 @@ class FakeSource:
         if self.closed:
             raise RuntimeError("cluster closed")
 
-    def fine_metrics(self, refresh: bool = True) -> dict[tuple, float]:
+    def now(self) -> float:
+        return self.t
+
+    def fine_metrics(self, refresh: bool = True) -> Metrics:
         self._check()
         return dict(self.metrics)
+
+    def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[Metrics, str]:
+        self._check()
+        by_id = {s.id: s for s in self.span_list}
+        if isinstance(selector, str) and selector in by_id:
+            span = by_id[selector]
+            return dict(span.metrics), " / ".join(span.name)
+        tags = (selector,) if isinstance(selector, str) else tuple(selector)
+        matches = {s.id for s in self.span_list if set(tags) & set(s.name)}
+        if not matches:
+            raise KeyError(f"No span has the tag(s) {tags!r}.")
+        merged: Metrics = {}
+        for s in self.span_list:  # a matching parent covers its matching children
+            if s.id in matches and s.parent not in matches:
+                for k, v in s.metrics.items():
+                    merged[k] = merged.get(k, 0.0) + v
+        return merged, " | ".join(tags)
 
     def spans(self, refresh: bool = True) -> list[SpanInfo]:
         self._check()
@@ -51,8 +122,74 @@ class FakeSource:
         self._check()
         return {k: dict(v) for k, v in self.prefixes.items()}
 
-    def info(self) -> dict:
-        return {"workers": {"w1": {}}, "total_nthreads": 2}
+    def info(self) -> ClusterInfo:
+        workers = dict(self.workers)
+        return ClusterInfo(workers, sum(w.nthreads for w in workers.values()), 0)
+
+    def memory(self) -> MemorySnapshot | None:
+        self._check()
+        if self.mem is None:
+            return None
+        m = self.mem
+        return MemorySnapshot(m["process"], m["managed"], m["unmanaged"], m["spilled"])
+
+    def task_stream_index(self) -> int:
+        self._check()
+        return len(self.stream)
+
+    def task_stream_since(self, index: int) -> list[TaskStreamRecord]:
+        self._check()
+        self.stream_reads += 1
+        return self.stream[index:]
+
+    def task_stream(
+        self, start: float | None = None, stop: float | None = None, count: int | None = None
+    ) -> list[TaskStreamRecord]:
+        self._check()
+        out = []
+        for r in self.stream:
+            end = max((ss.stop for ss in r.startstops), default=0.0)
+            if (start is None or end >= start) and (stop is None or end <= stop):
+                out.append(r)
+        return out[-count:] if count else out
+
+    def profiles(
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        prefix: str | None = None,
+        workers: list[str] | None = None,
+    ) -> dict[str, list[FlatRow]]:
+        self._check()
+        self.profile_reads += 1
+        if not self.trees:
+            return {}
+        tree = self.trees.get(prefix) or new_tree()
+        return {w: to_flat(tree) for w in ["w1"] if workers is None or w in workers}
+
+    def profile_metadata(
+        self,
+        start: float | None = None,
+        stop: float | None = None,
+        workers: list[str] | None = None,
+    ) -> dict[str, ProfileMetadata]:
+        self._check()
+        meta = ProfileMetadata(
+            counts=tuple(self.meta["counts"]),
+            keys={p: tuple(v) for p, v in self.meta["keys"].items()},
+            cycle_seconds=self.meta.get("cycle_interval"),
+        )
+        return {w: meta for w in ["w1"] if workers is None or w in workers}
+
+    def profile_interval(self) -> float:
+        return 0.01
+
+    def profile_cycle_interval(self) -> float:
+        return 1.0
+
+    def transfer_logs(self, workers: list[str] | None = None) -> dict[str, TransferLogs]:
+        self._check()
+        return {w: t for w, t in self.transfers.items() if workers is None or w in workers}
 
 
 class Clock:
@@ -63,9 +200,17 @@ class Clock:
         return self.t
 
 
-def record(index: int, key: str, worker: str = "w1", thread: int = 1, start: float = 0.0, **kw):
+def record(
+    index: int,
+    key: str,
+    worker: str = "w1",
+    thread: int = 1,
+    start: float = 0.0,
+    startstops: tuple[StartStop, ...] | None = None,
+    **kw: Any,
+) -> TaskStreamRecord:
     """A task stream record: ``startstops`` default to one compute of 1 s at ``start``."""
-    out = {
+    fields: dict[str, Any] = {
         "index": index,
         "key": key,
         "prefix": key.split("-")[0],
@@ -74,10 +219,12 @@ def record(index: int, key: str, worker: str = "w1", thread: int = 1, start: flo
         "thread": thread,
         "status": "OK",
         "nbytes": 8,
-        "startstops": [{"action": "compute", "start": start, "stop": start + 1.0}],
+        "startstops": (
+            startstops if startstops is not None else (StartStop("compute", start, start + 1.0),)
+        ),
     }
-    out.update(kw)
-    return out
+    fields.update(kw)
+    return TaskStreamRecord(**fields)
 
 
 class StreamSource(FakeSource):
@@ -85,44 +232,68 @@ class StreamSource(FakeSource):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stream: list[dict] = []
-        self.stream_reads = 0
-        self.trees: dict[str | None, dict] = {}  # profile by prefix (None: all)
-        self.meta: dict = {"counts": [], "keys": {}, "cycle_interval": 1.0}
-        self.profile_reads = 0
+        self.trees[None] = new_tree()
         self.mem = {"process": 100, "managed": 10, "unmanaged": 90, "spilled": 0}
-        self.t = 1000.0
 
-    def add(self, *keys: str, **kw) -> None:
+    def add(self, *keys: str, **kw: Any) -> None:
         for key in keys:
             self.stream.append(record(len(self.stream), key, **kw))
 
-    def now(self) -> float:
-        return self.t
 
-    def task_stream_index(self) -> int:
-        self._check()
-        return len(self.stream)
+def run_workload(source: StreamSource, tag: str) -> tuple[str, str]:
+    """What ``tests/diagnostics/test_source_conformance.py``'s workload leaves in an
+    engine, as data: spans (tag,) > (tag, "load"); ten ``inc`` tasks in the inner span
+    on two workers, then one ``total`` of them in the outer span on w1, which
+    fetched w2's results. Returns the (outer, inner) span ids."""
+    outer, inner = f"{tag}-outer", f"{tag}-inner"
+    source.workers.setdefault("w2", worker_info("w2"))
+    t0 = source.t + 0.5
+    incs = []
+    for i in range(10):
+        start = t0 + 0.01 * i
+        incs.append((f"inc-{i}", "w1" if i % 2 else "w2", start))
+        source.add(f"inc-{i}", worker=incs[-1][1], start=start, span_id=inner)
+    fetched = tuple(k for k, w, _ in incs if w == "w2")
+    t1 = t0 + 1.5
+    transfer = TransferLogEntry("w2", fetched, 8 * len(fetched), 8 * len(fetched), t1, t1 + 0.01)
+    source.add(
+        "total-0",
+        worker="w1",
+        span_id=outer,
+        startstops=(StartStop("transfer", t1, t1 + 0.01, "w2"), StartStop("compute", t1, t1 + 0.1)),
+    )
+    w1, w2 = source.transfers.get("w1", TransferLogs()), source.transfers.get("w2", TransferLogs())
+    source.transfers["w1"] = TransferLogs((*w1.incoming, transfer), w1.outgoing)
+    source.transfers["w2"] = TransferLogs(w2.incoming, (*w2.outgoing, replace(transfer, peer="w1")))
+    inner_m = {("execute", "inc", "tasks", "count"): 10.0}
+    inner_m[("execute", "inc", "thread-cpu", "seconds")] = 0.5
+    outer_m = {**inner_m, ("execute", "total", "tasks", "count"): 1.0}
+    for (_, p, a, u), v in outer_m.items():
+        span_id = inner if p == "inc" else outer
+        key = ("execute", span_id, p, a, u)
+        source.metrics[key] = source.metrics.get(key, 0.0) + v
+    network = ("gather-dep", "network", "bytes")
+    source.metrics[network] = source.metrics.get(network, 0.0) + transfer.total_bytes
 
-    def task_stream_since(self, index: int) -> list[dict]:
-        self._check()
-        self.stream_reads += 1
-        return [dict(r) for r in self.stream[index:]]
+    def states(n: int) -> dict[str, int]:
+        return {**dict.fromkeys(ALL_STATES, 0), "memory": n}
 
-    def profiles(self, start=None, stop=None, prefix=None, workers=None) -> dict:
-        from kernel_cluster.core.profile import new_tree, to_flat
-
-        self._check()
-        self.profile_reads += 1
-        return {"w1": to_flat(self.trees.get(prefix) or new_tree())}
-
-    def profile_metadata(self, start=None, stop=None, workers=None) -> dict:
-        self._check()
-        return {"w1": self.meta}
-
-    def profile_interval(self) -> float:
-        return 0.01
-
-    def memory(self) -> dict:
-        self._check()
-        return dict(self.mem)
+    common: dict[str, Any] = {
+        "enqueued": t0 - 0.1,
+        "start": t0,
+        "done": True,
+        "active_cpu_seconds": 4.0,
+    }
+    source.span_list += [
+        span_info(outer, (tag,), children=(inner,), stop=t1 + 0.1, duration=0.61,
+                  nbytes_total=88, states=states(11), metrics=outer_m, **common),
+        span_info(inner, (tag, "load"), parent=outer, stop=t0 + 0.1, duration=0.5,
+                  nbytes_total=80, states=states(10), metrics=inner_m, **common),
+    ]  # fmt: skip
+    for prefix, n in (("inc", 10), ("total", 1)):
+        counts = source.prefixes.setdefault(prefix, dict.fromkeys(ALL_STATES, 0))
+        counts["memory"] += n
+    source.mem = {"process": 2**20, "managed": 88, "unmanaged": 2**20 - 88, "spilled": 0}
+    source.meta = {"counts": [(t1, 5)], "keys": {"inc": [(t1, 5)]}, "cycle_interval": 1.0}
+    source.t = t1 + 1.0
+    return outer, inner

@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from kernel_cluster.diagnostics.snapshots import StartStop, TaskStreamRecord
 from kernel_cluster.diagnostics.stream_feed import TaskStreamFeed, TaskStreamReader
 
 from .fakes import record
 
 
-def stream(n: int, first: int = 0) -> list[dict]:
+def stream(n: int, first: int = 0) -> list[TaskStreamRecord]:
     out = []
     for i in range(first, first + n):
-        r = record(i, f"inc-{i}", worker=f"w{i % 2}", thread=10 + i % 3, start=float(i))
+        compute = StartStop("compute", float(i), i + 1.0)
         if i % 4 == 0:  # a transfer before the compute
-            r["startstops"].insert(
-                0, {"action": "transfer", "start": i - 0.5, "stop": i - 0.1, "source": "w9"}
-            )
-        out.append(r)
+            startstops = (StartStop("transfer", i - 0.5, i - 0.1, "w9"), compute)
+        else:
+            startstops = (compute,)
+        out.append(
+            record(i, f"inc-{i}", worker=f"w{i % 2}", thread=10 + i % 3, startstops=startstops)
+        )
     return out
 
 
-def expected(records: list[dict]) -> dict:
-    return {
-        r["key"]: [(ss["action"], ss["start"], ss["stop"]) for ss in r["startstops"]]
-        for r in records
-    }
+def expected(records: list[TaskStreamRecord]) -> dict:
+    return {r.key: [(ss.action, ss.start, ss.stop) for ss in r.startstops] for r in records}
 
 
 def test_deltas_rebuild_the_records():
@@ -77,9 +79,11 @@ def test_oldest_tasks_go_past_max_tasks():
 
 def test_error_status_tuple_keys_and_unknown_actions():
     feed, reader = TaskStreamFeed(), TaskStreamReader()
-    r = record(0, "x", status="error")
-    r["key"] = ("x", 1)
-    r["startstops"].append({"action": "something-new", "start": 0, "stop": 1})
+    r = replace(
+        record(0, "x", status="error"),
+        key=("x", 1),
+        startstops=(StartStop("compute", 0.0, 1.0), StartStop("something-new", 0, 1)),
+    )
     reader.apply(*feed.update([r]))
     assert reader.keys == ["('x', 1)"]
     assert reader.tasks[0]["status"] == "error"
