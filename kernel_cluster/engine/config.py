@@ -45,7 +45,7 @@ class WorkerConfig:
     nthreads: int = field(default_factory=_cpu_count, metadata={"help": "task threads"})
     memory_limit: int = field(
         default=0,
-        metadata={"help": "bytes (or '2 GiB', 'auto', a fraction of the machine); 0: none"},
+        metadata={"help": "bytes, '2 GiB', a fraction of the memory, or 'auto' (all); 0: none"},
     )
     name: str = field(default="", metadata={"help": "the worker's name (default: its address)"})
     heartbeat_interval: float = field(
@@ -216,7 +216,7 @@ class WorkerConfig:
                         _no_flag(f.name),
                         dest=f.name,
                         action="store_false",
-                        help=f"do not: {help_text}",
+                        help=f"do not {help_text}",
                     )
                 else:
                     parser.add_argument(
@@ -252,7 +252,12 @@ class WorkerConfig:
                 parts,
                 strict=True,
             ):
-                values[name] = float(part)
+                try:
+                    values[name] = float(part)
+                except ValueError:
+                    raise ValueError(
+                        f"--memory-fractions takes three numbers, got {args.memory_fractions!r}."
+                    ) from None
         return cls(**values)
 
 
@@ -306,7 +311,10 @@ def parse_memory_limit(memory_limit: int | float | str | None, n_workers: int) -
     if memory_limit == "auto":
         return total // max(n_workers, 1)
     if isinstance(memory_limit, str):
-        return parse_bytes(memory_limit)
+        try:
+            return parse_bytes(memory_limit)
+        except ValueError as exc:
+            raise ValueError(f"memory_limit: {exc}") from None
     if isinstance(memory_limit, float) and 0 < memory_limit <= 1:
         return int(total * memory_limit)
     if isinstance(memory_limit, int | float) and memory_limit > 0:

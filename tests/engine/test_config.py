@@ -93,7 +93,7 @@ def test_a_bad_setting_fails_at_kernel_cluster_naming_it(settings: dict, match: 
         ({"threads_per_worker": 0}, "threads_per_worker must be a whole number >= 1"),
         ({"threads_per_worker": True}, "threads_per_worker"),
         ({"memory_limit": -5}, "memory_limit=-5 is not understood"),
-        ({"memory_limit": "lots"}, "Cannot read 'lots' as a size"),
+        ({"memory_limit": "lots"}, "memory_limit: Cannot read 'lots' as a size"),
     ],
 )
 def test_threads_and_memory_are_checked_under_their_own_names(args: dict, match: str) -> None:
@@ -213,11 +213,23 @@ def test_the_cluster_directory_goes_in_local_directory(tmp_path, processes: bool
     assert os.listdir(tmp_path) == []
 
 
-def test_the_worker_command_line_refuses_a_bad_setting_naming_it(capsys) -> None:
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--heartbeat-interval=0", "heartbeat_interval must be a positive number of seconds"),
+        ("--nthreads=0", "nthreads must be a whole number >= 1"),
+        ("--memory-limit=lots", "memory_limit: Cannot read 'lots' as a size"),
+        ("--memory-fractions=0.1,x,0.3", "--memory-fractions takes three numbers"),
+        ("--memory-fractions=0.9,0.5,0.6", "target <= spill <= pause"),
+    ],
+)
+def test_the_worker_command_line_refuses_a_bad_setting_naming_it(
+    capsys, option: str, message: str
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        worker_main(["tcp://127.0.0.1:1", "--heartbeat-interval=0"])
+        worker_main(["tcp://127.0.0.1:1", option])
     assert exit_info.value.code == 2
-    assert "heartbeat_interval must be a positive number of seconds" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 def test_the_worker_command_line_reads_every_setting() -> None:
