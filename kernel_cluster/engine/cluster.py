@@ -154,6 +154,8 @@ class KernelCluster:
         self._monitors: set[asyncio.Task] = set()  # also those retrying a restart
         self.secret = new_secret()
         root = self.worker_config.local_directory
+        if root is not None:
+            os.makedirs(root, exist_ok=True)
         sweep_stale_directories(root)  # left by kernels that were killed
         self.local_directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
         write_owner_file(self.local_directory)

@@ -202,15 +202,15 @@ def test_the_cluster_directory_goes_in_local_directory(tmp_path, processes: bool
             threads_per_worker=1,
             processes=processes,
             memory_limit="1 GB",
-            local_directory=str(tmp_path),
+            local_directory=str(tmp_path / "scratch"),  # made if need be
         ) as cluster,
         Client(cluster) as client,
     ):
-        assert os.path.dirname(cluster.local_directory) == str(tmp_path)
+        assert os.path.dirname(cluster.local_directory) == str(tmp_path / "scratch")
         (directory,) = client.run(lambda dask_worker: dask_worker.config.local_directory).values()
         assert os.path.dirname(directory) == cluster.local_directory
         assert os.path.isdir(directory)
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path / "scratch") == []
 
 
 @pytest.mark.parametrize(
