@@ -6,6 +6,7 @@ from .core.spec import GraphError
 from .diagnostics.report import performance_report
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
+from .engine.config import WorkerConfig
 from .engine.meter import context_meter
 from .engine.plugins import SchedulerPlugin
 from .futures import CancelledError, Future, as_completed, wait
@@ -31,6 +32,7 @@ __all__ = [
     "KilledWorker",
     "MemorySampler",
     "SchedulerPlugin",
+    "WorkerConfig",
     "__version__",
     "as_completed",
     "context_meter",

@@ -20,8 +20,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from .engine.cluster import parse_memory_limit
 from .engine.comm import TOKEN_ENV, secret_from_env, secret_from_file
+from .engine.config import WorkerConfig
 from .engine.leftovers import remove_cluster_directory, write_owner_file
 from .engine.worker_process import serve
 
@@ -31,51 +31,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="kernel-cluster-worker", description="Join a kernel-cluster scheduler as a worker."
     )
     parser.add_argument("address", help="the scheduler's address, e.g. tcp://127.0.0.1:40123")
-    parser.add_argument("--nthreads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--memory-limit", default="auto")
-    parser.add_argument("--name", default="")
-    parser.add_argument("--heartbeat-interval", type=float, default=0.5)
-    parser.add_argument("--local-directory", help="where spilled data goes")
-    parser.add_argument(
-        "--no-fine-metrics", action="store_true", help="do not collect fine performance metrics"
-    )
-    parser.add_argument(
-        "--memory-fractions",
-        default="0.6,0.7,0.8",
-        help="target,spill,pause fractions of the memory limit",
-    )
-    parser.add_argument(
-        "--no-profile", action="store_true", help="do not run the statistical profiler"
-    )
-    parser.add_argument(
-        "--profile-interval", type=float, default=0.01, help="seconds between stack samples"
-    )
-    parser.add_argument(
-        "--profile-cycle-interval",
-        type=float,
-        default=1.0,
-        help="seconds of samples per entry of the profile's history",
-    )
     parser.add_argument(
         "--token-file", help=f"file holding the cluster's secret (default: ${TOKEN_ENV})"
     )
-    parser.add_argument(
-        "--owner-pid",
-        type=int,
-        help="the process that started this worker (its parent, a kernel): when it dies, the "
-        "worker exits and cleans up after it (see --cluster-directory)",
-    )
-    parser.add_argument(
-        "--remove-local-directory",
-        action="store_true",
-        help="remove the local directory on exit (always done for one made here)",
-    )
-    parser.add_argument(
-        "--cluster-directory",
-        help="the owner's directory (token, owner file): removed, once empty of workers' "
-        "directories, by a worker that outlives its owner",
-    )
+    WorkerConfig.add_arguments(parser)  # every worker setting (engine/config.py)
     args = parser.parse_args(argv)
+    try:
+        config = WorkerConfig.from_namespace(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     secret = secret_from_file(args.token_file) if args.token_file else secret_from_env()
     if secret is None:
@@ -84,37 +48,22 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.local_directory is None:
+    if config.local_directory is None:
         import tempfile
 
-        args.local_directory = tempfile.mkdtemp(prefix="kernel-cluster-worker-")
-        args.remove_local_directory = True
-    if args.remove_local_directory:  # ours: a sweep may judge it (engine/leftovers.py)
-        os.makedirs(args.local_directory, exist_ok=True)
-        write_owner_file(args.local_directory)
-    cleanup = functools.partial(_clean_up, args)
-    _exit_with_owner(args.owner_pid, cleanup)
-    memory_limit = parse_memory_limit(
-        int(args.memory_limit) if args.memory_limit.isdigit() else args.memory_limit, 1
-    )
+        config = config.replace(
+            local_directory=tempfile.mkdtemp(prefix="kernel-cluster-worker-"),
+            remove_local_directory=True,
+        )
+    if config.remove_local_directory:  # ours: a sweep may judge it (engine/leftovers.py)
+        assert config.local_directory is not None
+        os.makedirs(config.local_directory, exist_ok=True)
+        write_owner_file(config.local_directory)
+    cleanup = functools.partial(_clean_up, config)
+    _exit_with_owner(config.owner_pid, cleanup)
     code = 0
     try:
-        code = asyncio.run(
-            serve(
-                args.address,
-                secret,
-                nthreads=args.nthreads,
-                memory_limit=memory_limit,
-                name=args.name,
-                heartbeat_interval=args.heartbeat_interval,
-                local_directory=args.local_directory,
-                fine_metrics=not args.no_fine_metrics,
-                memory_fractions=tuple(float(f) for f in args.memory_fractions.split(",")),
-                profile=not args.no_profile,
-                profile_interval=args.profile_interval,
-                profile_cycle_interval=args.profile_cycle_interval,
-            )
-        )
+        code = asyncio.run(serve(args.address, secret, config))
     except KeyboardInterrupt:
         pass
     except OSError as exc:
@@ -124,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     finally:
         if code == 0:  # the scheduler's connection closed: perhaps the owner is dying
-            _wait_for_owner_death(args.owner_pid)
+            _wait_for_owner_death(config.owner_pid)
         cleanup()
     return 0
 
@@ -151,14 +100,14 @@ def _wait_for_owner_death(owner_pid: int | None, timeout: float = 2.0) -> None:
         time.sleep(0.02)
 
 
-def _clean_up(args: argparse.Namespace) -> None:
+def _clean_up(config: WorkerConfig) -> None:
     """Remove what this worker leaves on disk: its directory (spill files), and, when
     its owner died without cleaning up, the owner's directory once no other worker's
     directory is left in it (the last worker to go removes it)."""
-    if args.remove_local_directory and args.local_directory:
-        shutil.rmtree(args.local_directory, ignore_errors=True)
-    if args.cluster_directory and _owner_gone(args.owner_pid):
-        remove_cluster_directory(args.cluster_directory)
+    if config.remove_local_directory and config.local_directory:
+        shutil.rmtree(config.local_directory, ignore_errors=True)
+    if config.cluster_directory and _owner_gone(config.owner_pid):
+        remove_cluster_directory(config.cluster_directory)
 
 
 def _exit_with_owner(owner_pid: int | None, cleanup: Callable[[], None]) -> None:

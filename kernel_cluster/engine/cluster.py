@@ -15,13 +15,12 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any
-
-import psutil
+from typing import Any, TypedDict, Unpack
 
 from ..core.keys import Key
 from .channels import Dispatcher, LocalChannel
 from .comm import TOKEN_ENV, new_secret, write_secret_file
+from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .loop import LoopThread
 from .remote import ConnectionPool, RemoteData, SchedulerServer
@@ -36,6 +35,25 @@ KILL_GRACE = 2.0  # seconds a dropped worker process has to end on SIGTERM befor
 RESTART_DELAY = 0.2  # seconds before a failed restart is tried again; doubles each time
 RESTART_DELAY_MAX = 10.0
 _live_clusters: weakref.WeakSet[KernelCluster] = weakref.WeakSet()
+
+__all__ = ["KernelCluster", "WorkerConfig", "WorkerSettings", "parse_bytes", "parse_memory_limit"]
+
+
+class WorkerSettings(TypedDict, total=False):
+    """The worker settings ``KernelCluster`` takes as keywords (see WorkerConfig)."""
+
+    heartbeat_interval: float
+    fine_metrics: bool
+    memory_target_fraction: float
+    memory_spill_fraction: float
+    memory_pause_fraction: float
+    memory_monitor_interval: float
+    memory_stuck_seconds: float
+    profile: bool
+    profile_interval: float
+    profile_cycle_interval: float
+    transfer_log_length: int
+    local_directory: str | None
 
 
 class LocalDirectory:
@@ -89,47 +107,6 @@ class _WorkerProcess:
         self.ending: asyncio.Task | None = None  # killing a process the scheduler dropped
 
 
-def parse_memory_limit(memory_limit: int | float | str | None, n_workers: int) -> int:
-    """Bytes per worker; ``"auto"`` shares the machine's memory between the workers."""
-    total = psutil.virtual_memory().total
-    if memory_limit is None or memory_limit == 0:
-        return 0
-    if memory_limit == "auto":
-        return total // max(n_workers, 1)
-    if isinstance(memory_limit, str):
-        return parse_bytes(memory_limit)
-    if isinstance(memory_limit, float) and 0 < memory_limit <= 1:
-        return int(total * memory_limit)
-    if isinstance(memory_limit, int | float) and memory_limit > 0:
-        return int(memory_limit)
-    raise ValueError(
-        f"memory_limit={memory_limit!r} is not understood: use 'auto', a byte count, a string "
-        "such as '2 GiB', or a fraction of the machine's memory between 0 and 1."
-    )
-
-
-_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
-def parse_bytes(text: str) -> int:
-    s = text.strip().lower().replace(" ", "")
-    number = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(number) :] or "b"
-    if unit not in _UNITS or not number:
-        raise ValueError(f"Cannot read {text!r} as a size; write e.g. '512 MiB' or '2GB'.")
-    return int(float(number) * _UNITS[unit])
-
-
 class KernelCluster:
     """A scheduler and ``n_workers`` workers, embedded in this process.
 
@@ -147,51 +124,28 @@ class KernelCluster:
         worker_saturation: float = 1.5,
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
-        heartbeat_interval: float = 0.5,
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
-        fine_metrics: bool = True,
         task_stream_length: int = 100_000,
-        memory_target_fraction: float = 0.6,
-        memory_spill_fraction: float = 0.7,
-        memory_pause_fraction: float = 0.8,
-        profile: bool = True,
-        profile_interval: float = 0.01,
-        profile_cycle_interval: float = 1.0,
+        worker_config: WorkerConfig | None = None,
+        **settings: Unpack[WorkerSettings],
     ):
+        """``settings`` are the workers' (``heartbeat_interval``, ``fine_metrics``, the
+        memory fractions, ``profile``, ... : see WorkerConfig), checked here, before
+        anything starts. ``worker_config`` gives them all at once; keywords then change
+        some of them, as do ``threads_per_worker`` and ``memory_limit`` unless left at
+        None and "auto". With ``local_directory``, the cluster's directory (workers'
+        spill files, the token) is made in it rather than in the system's temporary
+        directory.
+        """
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
-        if threads_per_worker is None:
-            threads_per_worker = os.cpu_count() or 1
-        if not isinstance(threads_per_worker, int) or threads_per_worker < 1:
-            raise ValueError(
-                f"threads_per_worker must be a whole number >= 1, got {threads_per_worker!r}."
-            )
+        self.worker_config = _worker_config(
+            n_workers, threads_per_worker, memory_limit, worker_config, settings
+        )
         self.id = next(_cluster_ids)
         self.name = f"KernelCluster-{self.id}"
-        self.threads_per_worker = threads_per_worker
-        self.memory_limit = parse_memory_limit(memory_limit, n_workers)
         self.processes = processes
-        self.heartbeat_interval = heartbeat_interval
-        self.fine_metrics = fine_metrics  # False: measure the cost of measuring
-        fractions = (memory_target_fraction, memory_spill_fraction, memory_pause_fraction)
-        if not all(0 < f <= 1 for f in fractions) or sorted(fractions) != list(fractions):
-            raise ValueError(
-                "memory fractions must satisfy 0 < target <= spill <= pause <= 1, got "
-                f"target={memory_target_fraction}, spill={memory_spill_fraction}, "
-                f"pause={memory_pause_fraction}."
-            )
-        self.memory_fractions = fractions
-        for what, seconds in [
-            ("profile_interval", profile_interval),
-            ("profile_cycle_interval", profile_cycle_interval),
-        ]:
-            if not isinstance(seconds, int | float) or not seconds > 0:
-                raise ValueError(f"{what} must be a positive number of seconds, got {seconds!r}.")
-        # the statistical profiler: how often workers sample, and how long a history entry is
-        self.profile = profile
-        self.profile_interval = float(profile_interval)
-        self.profile_cycle_interval = float(profile_cycle_interval)
         self.worker_start_timeout = worker_start_timeout
         self.status = "starting"
         self._lock = threading.Lock()
@@ -199,8 +153,11 @@ class KernelCluster:
         self._procs: dict[str, _WorkerProcess] = {}
         self._monitors: set[asyncio.Task] = set()  # also those retrying a restart
         self.secret = new_secret()
-        sweep_stale_directories()  # left by kernels that were killed
-        self.local_directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+        root = self.worker_config.local_directory
+        if root is not None:
+            os.makedirs(root, exist_ok=True)
+        sweep_stale_directories(root)  # left by kernels that were killed
+        self.local_directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
         write_owner_file(self.local_directory)
         self._target = n_workers  # worker processes wanted: failed restarts are retried
         # the secret on disk (mode 0600) lets `kernel-cluster-worker --token-file` join
@@ -246,6 +203,46 @@ class KernelCluster:
     def loop(self):
         return self.loop_thread.loop
 
+    # the workers' settings, as attributes of the cluster before WorkerConfig
+    @property
+    def threads_per_worker(self) -> int:
+        return self.worker_config.nthreads
+
+    @property
+    def memory_limit(self) -> int:
+        return self.worker_config.memory_limit
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.worker_config.heartbeat_interval
+
+    @property
+    def fine_metrics(self) -> bool:
+        return self.worker_config.fine_metrics
+
+    @property
+    def memory_fractions(self) -> tuple[float, float, float]:
+        c = self.worker_config
+        return (c.memory_target_fraction, c.memory_spill_fraction, c.memory_pause_fraction)
+
+    @property
+    def profile(self) -> bool:
+        return self.worker_config.profile
+
+    @property
+    def profile_interval(self) -> float:
+        return self.worker_config.profile_interval
+
+    @property
+    def profile_cycle_interval(self) -> float:
+        return self.worker_config.profile_cycle_interval
+
+    def _config_of(self, name: str) -> WorkerConfig:
+        """The settings of the worker ``name``: its own directory in the cluster's."""
+        return self.worker_config.replace(
+            name=name, local_directory=os.path.join(self.local_directory, name)
+        )
+
     @property
     def scheduler_address(self) -> str:
         """Where worker processes connect (process mode only)."""
@@ -265,34 +262,17 @@ class KernelCluster:
         # death signal (PR_SET_PDEATHSIG, tied to the thread that forks) fires when the
         # kernel dies; the worker then removes its directory, and the last one the
         # cluster's (kernel_cluster/worker.py).
+        config = self._config_of(name).replace(
+            remove_local_directory=True,
+            cluster_directory=self.local_directory,
+            owner_pid=os.getpid(),
+        )
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "kernel_cluster.worker",
             self.server.address,
-            "--nthreads",
-            str(self.threads_per_worker),
-            "--memory-limit",
-            str(self.memory_limit),
-            "--name",
-            name,
-            "--heartbeat-interval",
-            str(self.heartbeat_interval),
-            "--local-directory",
-            os.path.join(self.local_directory, name),
-            "--remove-local-directory",
-            "--cluster-directory",
-            self.local_directory,
-            "--owner-pid",
-            str(os.getpid()),
-            *([] if self.fine_metrics else ["--no-fine-metrics"]),
-            "--memory-fractions",
-            ",".join(map(str, self.memory_fractions)),
-            "--profile-interval",
-            repr(self.profile_interval),
-            "--profile-cycle-interval",
-            repr(self.profile_cycle_interval),
-            *([] if self.profile else ["--no-profile"]),
+            *config.to_argv(),
             env=env,
             stdin=subprocess.DEVNULL,
         )
@@ -433,23 +413,12 @@ class KernelCluster:
     def _start_worker(self) -> Worker:
         i = next(self._worker_counter)
         address = f"inproc://{self.name}/worker-{i}"
-        loop = self.loop_thread.loop
         worker = Worker(
             address=address,
-            nthreads=self.threads_per_worker,
-            loop=loop,
+            loop=self.loop_thread.loop,
             peers=self.directory,
-            memory_limit=self.memory_limit,
-            name=f"worker-{i}",
+            config=self._config_of(f"worker-{i}"),
             clock=time.time,
-            local_directory=os.path.join(self.local_directory, f"worker-{i}"),
-            fine_metrics=self.fine_metrics,
-            memory_target_fraction=self.memory_fractions[0],
-            memory_spill_fraction=self.memory_fractions[1],
-            memory_pause_fraction=self.memory_fractions[2],
-            profile=self.profile,
-            profile_interval=self.profile_interval,
-            profile_cycle_interval=self.profile_cycle_interval,
         )
         scheduler = self.scheduler
         worker.connect(
@@ -466,7 +435,7 @@ class KernelCluster:
             name=worker.name,
             pid=os.getpid(),
         )
-        worker.start_periodic(self.heartbeat_interval)
+        worker.start_periodic()
         return worker
 
     def _stop_worker(self, address: str) -> Worker | None:
@@ -507,6 +476,7 @@ class KernelCluster:
             w = self._stop_worker(next(reversed(self.workers)))
             if w is not None:
                 stopped.append(w)
+        await asyncio.gather(*(w.stop_tasks() for w in stopped))
         return stopped
 
     def restart(self) -> None:
@@ -540,10 +510,13 @@ class KernelCluster:
     async def _close_on_loop(self) -> None:
         # clients still attached would otherwise wait for ever on futures nobody computes
         self.scheduler.cancel_everything()
+        stopped = []
         for address in list(self.directory.workers):
             worker = self.directory.workers.pop(address)
             self.scheduler.remove_worker(address, reason="cluster closed", expected=True)
             worker.stop_accepting()
+            stopped.append(worker)
+        await asyncio.gather(*(w.stop_tasks() for w in stopped), return_exceptions=True)
         await asyncio.gather(
             *(self._stop_process(wp) for wp in list(self._procs.values())),
             return_exceptions=True,
@@ -568,6 +541,46 @@ class KernelCluster:
             f"<{self.name} {self.status}: {self.n_workers} {kind} workers x "
             f"{self.threads_per_worker} threads>"
         )
+
+
+def _worker_config(
+    n_workers: int,
+    threads_per_worker: int | None,
+    memory_limit: int | float | str | None,
+    base: WorkerConfig | None,
+    settings: dict[str, Any],
+) -> WorkerConfig:
+    """The workers' config from KernelCluster's arguments (ValueError naming a bad one)."""
+    if base is not None and not isinstance(base, WorkerConfig):
+        raise TypeError(f"worker_config must be a WorkerConfig, got {type(base).__name__}.")
+    for name in settings:
+        if name in WorkerSettings.__annotations__:
+            continue
+        if name in ("nthreads", "memory_limit"):
+            hint = "give threads_per_worker and memory_limit instead"
+        elif name in PER_WORKER:
+            hint = "the cluster sets it for each worker it starts"
+        else:
+            hint = f"the worker settings are: {', '.join(WorkerSettings.__annotations__)}"
+        raise TypeError(f"KernelCluster() got an unexpected keyword argument {name!r}; {hint}.")
+    changes: dict[str, Any] = dict(settings)
+    if threads_per_worker is not None or base is None:
+        if threads_per_worker is None:
+            threads_per_worker = os.cpu_count() or 1
+        if (
+            isinstance(threads_per_worker, bool)
+            or not isinstance(threads_per_worker, int)
+            or threads_per_worker < 1
+        ):
+            raise ValueError(
+                f"threads_per_worker must be a whole number >= 1, got {threads_per_worker!r}."
+            )
+        changes["nthreads"] = threads_per_worker
+    if not (base is not None and memory_limit == "auto"):
+        changes["memory_limit"] = parse_memory_limit(memory_limit, n_workers)
+    # per-worker settings of a given config are the cluster's to set
+    changes.update({name: WorkerConfig.__dataclass_fields__[name].default for name in PER_WORKER})
+    return (base or WorkerConfig()).replace(**changes)
 
 
 @atexit.register

@@ -43,6 +43,7 @@ from ..core.worker_messages import (
 )
 from ..core.worker_state import WorkerState, WorkerTask
 from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
+from .config import WorkerConfig
 from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .meter import context_meter
 from .pool import TaskThreadPool
@@ -123,30 +124,27 @@ class Worker:
         self,
         *,
         address: str,
-        nthreads: int,
         loop: asyncio.AbstractEventLoop,
         peers: PeerData,
-        memory_limit: int = 0,
-        name: str = "",
+        config: WorkerConfig | None = None,
         data: MutableMapping | None = None,
         clock: Callable[[], float] = time.time,
         in_process: bool = True,
-        fine_metrics: bool = True,
-        local_directory: str | None = None,
-        memory_target_fraction: float = 0.6,
-        memory_spill_fraction: float = 0.7,
-        memory_pause_fraction: float = 0.8,
-        memory_monitor_interval: float = 0.1,
-        memory_stuck_seconds: float = 10.0,
-        profile: bool = True,
-        profile_interval: float = 0.01,
-        profile_cycle_interval: float = 1.0,
-        transfer_log_length: int = 10_000,
     ):
+        """A worker with the settings of ``config`` (checked when it was made).
+
+        ``data``, ``clock`` and ``in_process`` are how it is embedded, not settings:
+        a store of its own, a clock to read, and whether it shares the scheduler's
+        process (its clock and objects).
+        """
+        if config is None:
+            config = WorkerConfig()
+        self.config = config
+        nthreads = config.nthreads
         self.address = address
-        self.name = name or address
+        self.name = config.name or address
         self.nthreads = nthreads
-        self.memory_limit = memory_limit
+        self.memory_limit = config.memory_limit
         self.loop = loop
         self.peers = peers
         self.clock = clock
@@ -160,22 +158,23 @@ class Worker:
         # memory: values past target go to disk as they are stored; the monitor spills
         # more when the worker's memory passes the spill fraction, and stops new tasks
         # past the pause fraction until memory falls
-        self.memory_target_fraction = memory_target_fraction
-        self.memory_spill_fraction = memory_spill_fraction
-        self.memory_pause_fraction = memory_pause_fraction
-        self.memory_monitor_interval = memory_monitor_interval
+        self.memory_target_fraction = config.memory_target_fraction
+        self.memory_spill_fraction = config.memory_spill_fraction
+        self.memory_pause_fraction = config.memory_pause_fraction
+        self.memory_monitor_interval = config.memory_monitor_interval
         # paused this long with no task running and nothing spilled meanwhile, the
         # worker cannot recover by itself: it calls ``on_memory_stuck`` (a worker process
         # exits, and its nanny starts a fresh one; its tasks run again elsewhere); with
         # none (an embedded worker) it runs its tasks anyway until memory falls
-        self.memory_stuck_seconds = memory_stuck_seconds
+        self.memory_stuck_seconds = config.memory_stuck_seconds
         self.on_memory_stuck: Callable[[], None] | None = None
         self._stuck_since: float | None = None
         self._pause_waived = False
         self._trimmed_at = 0.0
-        if data is None and memory_limit and local_directory:
+        if data is None and config.memory_limit and config.local_directory:
             data = SpillBuffer(
-                os.path.join(local_directory, "spill"), int(memory_limit * memory_target_fraction)
+                os.path.join(config.local_directory, "spill"),
+                int(config.memory_limit * config.memory_target_fraction),
             )
         self.state = WorkerState(address=address, nthreads=nthreads, data=data)
         self.data = self.state.data
@@ -197,18 +196,21 @@ class Worker:
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.timeline.add_threads(self.pool.idents, time.perf_counter())
-        self._use_fine_metrics(fine_metrics)
+        self._use_fine_metrics(config.fine_metrics)
         # the latest transfers in and out (dicts of peer, keys, total, compressed, start,
         # stop): the performance report's bandwidth charts read them
-        self.transfer_incoming_log: deque[dict] = deque(maxlen=transfer_log_length)
-        self.transfer_outgoing_log: deque[dict] = deque(maxlen=transfer_log_length)
+        self.transfer_incoming_log: deque[dict] = deque(maxlen=config.transfer_log_length)
+        self.transfer_outgoing_log: deque[dict] = deque(maxlen=config.transfer_log_length)
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
         # these threads; its thread starts with the periodic tasks, and stops on close
         self.executing_by_thread: dict[int, tuple[Key, str]] = {}
         self.profiler: Profiler | None = None
-        self._profile_cycle_interval = profile_cycle_interval
-        if profile:
-            self.profiler = self._new_profiler(profile_interval)
+        self._profile_cycle_interval = config.profile_cycle_interval
+        if config.profile:
+            self.profiler = self._new_profiler(config.profile_interval)
+        # every asyncio task this worker starts (heartbeats, memory monitor, fetches):
+        # cancelled and awaited when it closes (``stop_tasks``)
+        self._tasks: set[asyncio.Task] = set()
         self._closed = False
         self._started = False
 
@@ -348,15 +350,20 @@ class Worker:
             self.heartbeat()
             await asyncio.sleep(interval)
 
-    def start_periodic(self, heartbeat_interval: float) -> None:
-        loop = self.loop
-        self._periodic = [
-            loop.create_task(self.heartbeat_loop(heartbeat_interval)),
-            loop.create_task(self._memory_monitor()),
-        ]
+    def start_periodic(self) -> None:
+        """Start the heartbeats, the memory monitor and the profiler (on the loop)."""
+        self._spawn(self.heartbeat_loop(self.config.heartbeat_interval))
+        self._spawn(self._memory_monitor())
         self._started = True
         if self.profiler is not None:
             self.profiler.start()
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        """Run ``coro`` as a task of this worker: ``stop_tasks`` ends it."""
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     def managed_bytes(self) -> int:
         """Bytes of the results this worker holds in memory."""
@@ -561,7 +568,7 @@ class Worker:
             elif t is ExecuteAfter:
                 self._offer_after(inst)
             elif t is GatherDep:
-                self.loop.create_task(self._gather_dep(inst))
+                self._spawn(self._gather_dep(inst))
             elif t is SendReplicasAdded:
                 msgs.append(
                     {"op": "add-keys", "keys": inst.keys, "nbytes": inst.nbytes, "stimulus_id": ""}
@@ -937,10 +944,44 @@ class Worker:
         """No more messages or results are handled; running tasks finish on their own."""
         self._closed = True
 
-    def close(self) -> None:
+    async def stop_tasks(self) -> None:
+        """The loop side of closing: stop accepting, then cancel every task this worker
+        started and wait for them to end, so that none is left pending on the loop."""
         self._closed = True
+        me = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not me]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop everything this worker started: its tasks on the loop (``stop_tasks``,
+        awaited here when called from another thread than the loop's), its profiler,
+        its task threads (joined) and its spill files."""
+        self._closed = True
+        if self._tasks:
+            self._stop_tasks_from_outside(timeout)
         if self.profiler is not None:
             self.profiler.stop()
         self.pool.stop()
         if isinstance(self.data, SpillBuffer):
             self.data.close()
+
+    def _stop_tasks_from_outside(self, timeout: float) -> None:
+        loop = self.loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if loop.is_running() and not on_loop:
+            future = asyncio.run_coroutine_threadsafe(self.stop_tasks(), loop)
+            try:
+                future.result(timeout)
+            except TimeoutError:
+                logger.warning("Worker %s: its tasks did not end within %s s", self.name, timeout)
+            return
+        # on the loop (await ``stop_tasks`` first to see them end), or a loop not
+        # running: they end when it next runs
+        for task in list(self._tasks):
+            task.cancel()

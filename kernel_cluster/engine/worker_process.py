@@ -14,6 +14,7 @@ import os
 import time
 
 from .comm import Comm, CommError, connect, listen
+from .config import WorkerConfig
 from .remote import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .slots import RunningSlots
 from .worker import Worker
@@ -27,22 +28,14 @@ MEMORY_STUCK_EXIT = 75
 async def serve(
     scheduler_address: str,
     secret: bytes,
+    config: WorkerConfig,
     *,
-    nthreads: int,
-    memory_limit: int = 0,
-    name: str = "",
-    heartbeat_interval: float = 0.5,
     listen_address: str = "tcp://127.0.0.1:0",
-    local_directory: str | None = None,
-    fine_metrics: bool = True,
-    memory_fractions: tuple[float, float, float] = (0.6, 0.7, 0.8),
-    profile: bool = True,
-    profile_interval: float = 0.01,
-    profile_cycle_interval: float = 1.0,
 ) -> int:
     """Serve until the scheduler goes away; the process's exit code (0, or
     ``MEMORY_STUCK_EXIT`` when the worker gave up for lack of memory)."""
     loop = asyncio.get_running_loop()
+    nthreads, memory_limit = config.nthreads, config.memory_limit
     worker: Worker | None = None
 
     async def handle_peer(comm: Comm) -> None:
@@ -58,24 +51,14 @@ async def serve(
     pool = ConnectionPool(secret)
     worker = Worker(
         address=listener.address,
-        nthreads=nthreads,
         loop=loop,
         peers=RemoteData(pool, who=listener.address),
-        memory_limit=memory_limit,
-        name=name or listener.address,
+        config=config if config.name else config.replace(name=listener.address),
         clock=time.time,
         in_process=False,
-        local_directory=local_directory,
-        fine_metrics=fine_metrics,
-        memory_target_fraction=memory_fractions[0],
-        memory_spill_fraction=memory_fractions[1],
-        memory_pause_fraction=memory_fractions[2],
-        profile=profile,
-        profile_interval=profile_interval,
-        profile_cycle_interval=profile_cycle_interval,
     )
-    if local_directory:
-        worker.slots = RunningSlots(local_directory, worker.pool.idents)
+    if config.local_directory:
+        worker.slots = RunningSlots(config.local_directory, worker.pool.idents)
     comm = await connect(scheduler_address, secret=secret)
     try:
         await comm.write(
@@ -103,7 +86,7 @@ async def serve(
 
         worker.on_memory_stuck = give_up
         worker.connect(stream)
-        worker.start_periodic(heartbeat_interval)
+        worker.start_periodic()
         try:
             while True:
                 msgs = await comm.read()
@@ -112,12 +95,11 @@ async def serve(
             if not exit_code:
                 logger.info("Worker %s lost its scheduler; shutting down", worker.address)
         finally:
-            for task in worker._periodic:
-                task.cancel()
+            await worker.stop_tasks()  # no heartbeat after this (nor any fetch)
             stream.abort()
     finally:
         comm.abort()
-        worker.stop_accepting()
+        await worker.stop_tasks()  # none of its tasks outlives it (if it failed early)
         await listener.stop()
         await pool.close()
         with contextlib.suppress(Exception):

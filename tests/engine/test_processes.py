@@ -276,13 +276,14 @@ def test_clock_offset_from_heartbeat_round_trips():
     """A worker in another process shifts its times onto the scheduler's clock."""
     import asyncio
 
+    from kernel_cluster.engine.config import WorkerConfig
     from kernel_cluster.engine.worker import Worker
 
     now = [100.0]
     loop = asyncio.new_event_loop()
     worker = Worker(
         address="tcp://w",
-        nthreads=1,
+        config=WorkerConfig(nthreads=1),
         loop=loop,
         peers=None,
         clock=lambda: now[0],
