@@ -5,11 +5,11 @@ Not part of ``make test``: it takes minutes. Two phases, one report:
 1. **Chaos.** A graph of about 50,000 tasks on worker processes with a small memory
    limit: numpy leaves, pairwise sums (transfers between workers), a tree reduction,
    a checksum per leaf, and half of the pair sums kept until the end (so workers
-   spill to disk). A thread SIGKILLs a random worker every ``--kill-every`` seconds
-   until the graph is done. Checked: every result is exact; the scheduler's metric
-   totals never decrease (sampled while it runs); the span ends with every task done;
-   after ``close()`` no worker process, engine thread or ``kernel-cluster-*``
-   directory is left.
+   spill to disk). A thread SIGKILLs a random worker every ``--kill-every`` seconds,
+   ``--max-kills`` times (or until the graph is done). Checked: every result is
+   exact; the scheduler's metric totals never decrease (sampled while it runs); the
+   span ends with every task done; after ``close()`` no worker process, engine
+   thread or ``kernel-cluster-*`` directory is left.
 2. **Memory over many tasks.** ``--million`` trivial tasks in batches on fresh worker
    processes (and embedded, unless ``--processes-only``): the kernel's RSS and each
    worker's, every 10 % of the way, to show whether anything grows with the number
@@ -93,19 +93,24 @@ def chaos_graph(n_leaves: int, n: int, keep_every: int) -> tuple[dict, list, dic
 
 
 class Killer(threading.Thread):
-    """SIGKILLs a random worker process every ``every`` seconds until stopped."""
+    """SIGKILLs a random worker process every ``every`` seconds, ``limit`` times at most.
 
-    def __init__(self, cluster: KernelCluster, every: float, seed: int = 0):
+    Each kill loses a third of the results in memory, recomputed from their lineage:
+    killing on and on faster than that takes would never let the graph end.
+    """
+
+    def __init__(self, cluster: KernelCluster, every: float, limit: int, seed: int = 0):
         super().__init__(name="soak-killer", daemon=True)
         self.cluster = cluster
         self.every = every
+        self.limit = limit
         self.stopped = threading.Event()
         self.kills: list[tuple[float, int]] = []
         self.rng = random.Random(seed)
 
     def run(self) -> None:
         t0 = time.monotonic()
-        while not self.stopped.wait(self.every):
+        while len(self.kills) < self.limit and not self.stopped.wait(self.every):
             pids = list(self.cluster.worker_pids().values())
             if not pids:
                 continue
@@ -138,11 +143,27 @@ class MetricWatch(threading.Thread):
 
         return self.cluster.loop_thread.run(on_loop)
 
+    def progress(self) -> str:
+        state = self.cluster.scheduler.state
+
+        def on_loop() -> str:
+            counts: dict[str, int] = {}
+            for group in state.task_groups.values():
+                for name, n in group.states.items():
+                    if n:
+                        counts[name] = counts.get(name, 0) + n
+            return f"{len(state.workers)} workers, tasks by state {counts}"
+
+        return self.cluster.loop_thread.run(on_loop)
+
     def run(self) -> None:
         last = self.read()
+        t0 = time.monotonic()
         while not self.stopped.wait(0.5):
             now = self.read()
             self.samples += 1
+            if self.samples % 20 == 0:
+                print(f"  {time.monotonic() - t0:5.0f} s: {self.progress()}", flush=True)
             for key, value in last.items():
                 if now.get(key, 0.0) < value - 1e-9:
                     self.decreases.append((key, value, now.get(key)))
@@ -171,7 +192,8 @@ def chaos(args: argparse.Namespace) -> dict:
     dsk, keys, expected = chaos_graph(n_leaves, args.array_len, keep_every=2)
     print(
         f"chaos: {len(dsk):,} tasks, {args.array_len * 8 / 1e3:.0f} KB leaves, "
-        f"a SIGKILL every {args.kill_every} s, memory_limit={args.memory_limit}"
+        f"a SIGKILL every {args.kill_every} s ({args.max_kills} at most), "
+        f"memory_limit={args.memory_limit}"
     )
     dirs_before = our_directories()
     threads_before = engine_threads()
@@ -183,7 +205,7 @@ def chaos(args: argparse.Namespace) -> dict:
         allowed_failures=args.allowed_failures,
     )
     client = Client(cluster)
-    killer = Killer(cluster, args.kill_every)
+    killer = Killer(cluster, args.kill_every, args.max_kills)
     watch = MetricWatch(cluster)
     t0 = time.perf_counter()
     watch.start()
@@ -306,6 +328,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--memory-limit", default="300MB")
     parser.add_argument("--kill-every", type=float, default=3.0, help="seconds between kills")
+    parser.add_argument("--max-kills", type=int, default=20, help="then the graph may end")
     parser.add_argument(
         "--allowed-failures",
         type=int,
