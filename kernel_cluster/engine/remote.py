@@ -39,6 +39,7 @@ from .wire import (
     decode,
     decode_batch,
     encode,
+    encode_batch,
 )
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class StreamChannel:
 
     def send(self, msgs: list) -> None:
         try:
-            self.batched.send(*[encode(msg) for msg in msgs])
+            self.batched.send(*encode_batch(msgs))
         except CommClosedError:
             pass  # the reader notices the broken stream and removes the peer
 

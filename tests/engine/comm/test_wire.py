@@ -4,6 +4,7 @@ message is refused with an error that says what is wrong."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 from hypothesis import given
@@ -11,7 +12,16 @@ from hypothesis import strategies as st
 
 from kernel_cluster.core import scheduler_messages, worker_messages
 from kernel_cluster.engine.comm import dumps, loads
-from kernel_cluster.engine.wire import MESSAGES, Heartbeat, WireError, decode, encode
+from kernel_cluster.engine.wire import (
+    MESSAGES,
+    NOT_SENT,
+    Heartbeat,
+    WireError,
+    decode,
+    decode_batch,
+    encode,
+    encode_batch,
+)
 
 # values that msgpack gives back equal (it turns lists into tuples, so none here);
 # ints past 64 bits and sets are pickled by the comm layer
@@ -66,19 +76,44 @@ def test_round_trip_through_the_comm_layer(cls, data):
     msg = data.draw(_messages(cls))
     raw = encode(msg)
     assert raw["op"] == cls.op
-    assert set(raw) == {"op"} | {f.name for f in dataclasses.fields(cls)}
+    not_sent = NOT_SENT.get(cls, ())
+    assert set(raw) == {"op"} | {f.name for f in dataclasses.fields(cls)} - set(not_sent)
+    # whom it is for is the channel's business: that arrives empty
+    expected = dataclasses.replace(msg, **dict.fromkeys(not_sent, ""))
     # in memory (what a test or a local reader sees) and over TCP (msgpack + pickle)
-    assert decode(raw) == msg and type(decode(raw)) is cls
+    assert decode(raw) == expected and type(decode(raw)) is cls
     back = decode(loads(dumps(raw)))
-    assert back == msg and type(back) is cls
-    # a batch, as BatchedSend writes it
-    assert [decode(m) for m in loads(dumps([raw, raw]))] == [msg, msg]
+    assert back == expected and type(back) is cls
+    # a batch, as StreamChannel sends it and the reading loop decodes it
+    batch = encode_batch([msg, msg])
+    assert decode_batch(loads(dumps(batch)), "test", "test") == [expected, expected]
 
 
 def test_compute_task_alone_is_not_taken_for_its_base_class():
     alone = scheduler_messages.ComputeTaskAlone("w", "k", b"spec", {}, {}, (0,), "k", None)
     assert encode(alone)["op"] == "compute-task-alone"
     assert type(decode(encode(alone))) is scheduler_messages.ComputeTaskAlone
+
+
+def test_whom_an_instruction_is_for_is_not_sent():
+    free = scheduler_messages.FreeKeys("tcp://127.0.0.1:1234", ["a"], "s-1", running=True)
+    raw = encode(free)
+    assert raw == {"op": "free-keys", "keys": ["a"], "stimulus_id": "s-1", "running": True}
+    assert decode(raw) == scheduler_messages.FreeKeys("", ["a"], "s-1", running=True)
+    with pytest.raises(WireError, match="'free-keys' has unknown fields 'worker'"):
+        decode({**raw, "worker": "tcp://127.0.0.1:1234"})
+
+
+def test_a_bad_message_in_a_batch_is_logged_and_left_out(caplog):
+    good = encode(Heartbeat(1.0))
+    with caplog.at_level(logging.WARNING, logger="kernel_cluster"):
+        msgs = decode_batch([good, {"op": "nope"}, good], "The scheduler", "tcp://w")
+        assert decode_batch("not a batch", "The scheduler", "tcp://w") == []
+    assert msgs == [Heartbeat(1.0), Heartbeat(1.0)]
+    assert "The scheduler ignored a message from tcp://w: unknown message op 'nope'" in caplog.text
+    assert "The scheduler ignored a batch from tcp://w that is no list: 'not a batch'" in (
+        caplog.text
+    )
 
 
 @pytest.mark.parametrize(
