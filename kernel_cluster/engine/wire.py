@@ -9,9 +9,11 @@ peer requests and their replies) is declared here.
 
 Embedded workers pass the objects themselves through their LocalChannel. Over TCP
 a message is a dict: ``encode`` makes ``{"op": ..., field: value, ...}`` of every
-dataclass field, ``decode`` makes the object back; adding a field to a class is
-all it takes to send it. Both are generated once per class (as dataclasses
-generate ``__init__``), so the per-task paths cost what hand-written dicts did.
+dataclass field (but the address an instruction is for, see ``NOT_SENT``), and
+``decode`` makes the object back; adding a field to a class is all it takes to
+send it, and a new class is listed in ``MESSAGES``. Both are generated once per
+class (as dataclasses generate ``__init__``), so the per-task paths cost about
+what hand-written dicts did.
 
 ``decode`` refuses what it cannot trust with a ``WireError`` that says what was
 wrong: an unknown ``op``, a field missing (one with a default may be left out)
@@ -35,7 +37,7 @@ from ..core.worker_messages import (
     SendTaskFinished,
 )
 
-__all__ = ["MESSAGES", "WireError", "decode", "decode_batch", "encode", "encode_batch"]
+__all__ = ["MESSAGES", "NOT_SENT", "WireError", "decode", "decode_batch", "encode", "encode_batch"]
 
 logger = logging.getLogger(__name__)
 
