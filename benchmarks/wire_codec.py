@@ -6,7 +6,7 @@ state machine events, in batches of 100. "hand" is the code the shells had befor
 the codec (transcribed here); "wire" is ``encode_batch``/``decode_batch`` and the
 shells' dispatch on type. Each side runs 100,000 of each message, alone ("codec")
 and through the comm layer's msgpack ("+msgpack"), interleaved over several
-rounds; the medians are printed.
+rounds; the medians of CPU time (the machine may be shared) are printed.
 
     .venv/bin/python benchmarks/wire_codec.py [--rounds N]
 """
@@ -166,17 +166,17 @@ def wire_decode_finished(raw: list) -> list:
 
 
 def run_codec(objs: list, enc: Callable, dec: Callable) -> float:
-    t = time.perf_counter()
+    t = time.process_time()
     for i in range(0, len(objs), BATCH):
         dec(enc(objs[i : i + BATCH]))
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def run_msgpack(objs: list, enc: Callable, dec: Callable) -> float:
-    t = time.perf_counter()
+    t = time.process_time()
     for i in range(0, len(objs), BATCH):
         dec(loads(dumps(enc(objs[i : i + BATCH]))))
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def main() -> None:
