@@ -3,12 +3,14 @@
 Events are past tense (something happened), instructions imperative (do this).
 Every one carries a ``stimulus_id`` so a log line can be traced to its cause.
 Times are the scheduler's clock, passed in by the shell: core never reads a clock.
+The instructions for workers are also the messages that carry them: ``op`` names
+each on the wire (engine/wire.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .keys import Key
 
@@ -176,6 +178,7 @@ class WorkerRemoved:
 
 @dataclass(slots=True)
 class ComputeTask:
+    op: ClassVar[str] = "compute-task"  # its name on the wire (engine/wire.py)
     worker: str
     key: Key
     spec: Any
@@ -193,6 +196,8 @@ class ComputeTaskAlone(ComputeTask):
     """Compute a task suspected of killing workers: the worker starts nothing beside
     it, so that a death while it runs is blamed on it alone (core/blame.py)."""
 
+    op: ClassVar[str] = "compute-task-alone"
+
 
 @dataclass(slots=True)
 class FreeKeys:
@@ -202,6 +207,7 @@ class FreeKeys:
     thread until the worker says it has ended (``CancelledTasksEnded``).
     """
 
+    op: ClassVar[str] = "free-keys"
     worker: str
     keys: list[Key]
     stimulus_id: str = ""
@@ -230,6 +236,7 @@ class ClusterBusy:
     Workers count a free thread as idle only while the cluster is busy.
     """
 
+    op: ClassVar[str] = "cluster-busy"
     busy: bool
     stimulus_id: str = ""
 

@@ -1,10 +1,14 @@
-"""Events the worker state machine accepts and the instructions it returns."""
+"""Events the worker state machine accepts and the instructions it returns.
+
+The ``Send*`` instructions are also the messages that carry them to the scheduler:
+``op`` names each on the wire (engine/wire.py).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .keys import Key
 
@@ -125,6 +129,7 @@ class GatherDep:
 
 @dataclass(slots=True)
 class SendTaskFinished:
+    op: ClassVar[str] = "task-finished"
     key: Key
     nbytes: int
     type_name: str
@@ -135,8 +140,9 @@ class SendTaskFinished:
 
 @dataclass(slots=True)
 class SendTaskErred:
+    op: ClassVar[str] = "task-erred"
     key: Key
-    exception: BaseException
+    exception: BaseException | bytes  # pickled by a worker in another process
     traceback: Any
     exception_text: str
     startstops: list[tuple]
@@ -146,6 +152,7 @@ class SendTaskErred:
 
 @dataclass(slots=True)
 class SendReplicasAdded:
+    op: ClassVar[str] = "add-keys"
     keys: list[Key]
     nbytes: dict[Key, int] = field(default_factory=dict)
     stimulus_id: str = ""
@@ -153,6 +160,7 @@ class SendReplicasAdded:
 
 @dataclass(slots=True)
 class SendDependencyUnavailable:
+    op: ClassVar[str] = "missing-data"
     key: Key
     dependency: Key
     stimulus_id: str = ""
@@ -162,6 +170,7 @@ class SendDependencyUnavailable:
 class SendCancelledTasksEnded:
     """Tasks freed while processing here take no thread any more (ended, or never ran)."""
 
+    op: ClassVar[str] = "tasks-ended"
     keys: list[Key]
     stimulus_id: str = ""
 

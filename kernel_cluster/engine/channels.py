@@ -1,9 +1,9 @@
 """Message channels between scheduler and workers living on the same event loop.
 
-The protocol is the plain dicts that travel over TCP to subprocess workers. On
-a local channel the hot messages (compute-task, free-keys, task-finished) go as
-the core objects themselves instead: the receiver's state machine takes them as
-they are, with no dict built and parsed on every task's path.
+The messages are the classes of engine/wire.py, most of them the state machines'
+own instructions (``ComputeTask``, ``SendTaskFinished``, ...). Over TCP to worker
+processes they travel encoded as dicts; a local channel passes the objects as they
+are, and the receiver's state machine takes them with nothing built or parsed.
 
 Delivery is immediate but never re-entrant: a message sent while another is
 being handled waits in the dispatcher's queue until that handler returns. A task
@@ -29,7 +29,7 @@ class Dispatcher:
         self._queue: deque = deque()
         self._running = False
 
-    def post(self, handler: Callable[[list[dict]], None], msgs: list[dict]) -> None:
+    def post(self, handler: Callable[[list], None], msgs: list[dict]) -> None:
         self._queue.append((handler, msgs))
         if self._running:
             return
@@ -50,9 +50,8 @@ class LocalChannel:
     """Delivers to ``handler`` through the loop's dispatcher; use on the loop thread."""
 
     __slots__ = ("_closed", "_dispatcher", "_handler")
-    carries_objects = True  # see the module's docstring
 
-    def __init__(self, dispatcher: Dispatcher, handler: Callable[[list[dict]], None]):
+    def __init__(self, dispatcher: Dispatcher, handler: Callable[[list], None]):
         self._dispatcher = dispatcher
         self._handler = handler
         self._closed = False

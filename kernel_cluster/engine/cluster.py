@@ -86,12 +86,15 @@ class LocalDirectory:
         import cloudpickle
 
         from .execute import unpack_exception
+        from .wire import RequestFailed, Run, RunResult
 
-        reply = await self.remote.pool.rpc(peer, {"op": "run", "function": cloudpickle.dumps(fn)})
-        if reply["status"] != "OK":
-            exc, tb = unpack_exception(reply["exception"], reply.get("traceback"))
+        reply = await self.remote.pool.rpc(peer, Run(cloudpickle.dumps(fn)))
+        if type(reply) is RequestFailed:
+            exc, tb = unpack_exception(reply.exception, reply.traceback)
             raise exc.with_traceback(tb)
-        return cloudpickle.loads(reply["result"])
+        if type(reply) is not RunResult:
+            raise OSError(f"Worker {peer} answered run with {reply!r}")
+        return cloudpickle.loads(reply.result)
 
 
 class _WorkerProcess:
@@ -300,8 +303,9 @@ class KernelCluster:
             )
         return wp
 
-    def _on_register(self, address: str, reg: dict) -> None:
-        wp = self._procs.get(reg.get("name", ""))
+    def _on_register(self, address: str, reg: Any) -> None:
+        """``reg``: the worker's RegisterWorker message (engine/wire.py)."""
+        wp = self._procs.get(reg.name)
         if wp is not None:
             wp.address = address
             wp.registered.set()

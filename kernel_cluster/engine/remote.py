@@ -1,9 +1,10 @@
 """Workers in other processes: the TCP side of the scheduler and of peer transfers.
 
 A worker connects to the scheduler's listener, registers, and from then on the
-connection carries batches of the same dict messages embedded workers exchange
-through LocalChannel. Data moves worker to worker (and worker to kernel, for
-``gather``) over separate request/reply connections, pooled per peer.
+connection carries batches of the same messages embedded workers exchange through
+LocalChannel, encoded as dicts (engine/wire.py). Data moves worker to worker (and
+worker to kernel, for ``gather``) over separate request/reply connections, pooled
+per peer.
 """
 
 from __future__ import annotations
@@ -15,16 +16,31 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.keys import Key
+from ..core.scheduler_messages import ComputeTask
+from ..core.worker_messages import SendTaskErred
 from .comm import (
     BatchedSend,
     Comm,
     CommClosedError,
     CommError,
     MessageTooLargeError,
+    ProtocolError,
     connect,
     listen,
 )
 from .execute import pack_exception
+from .wire import (
+    DataReply,
+    GetData,
+    Refused,
+    Registered,
+    RegisterWorker,
+    WireError,
+    decode,
+    decode_batch,
+    encode,
+    encode_batch,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,21 +52,22 @@ def _error_too_large(msg: Any, exc: Exception) -> Any:
     error that quotes its start and names the size and the limit: the future
     must end, not wait for a message that was dropped.
     """
-    if not (isinstance(exc, MessageTooLargeError) and isinstance(msg, dict)):
+    if not (isinstance(exc, MessageTooLargeError) and type(msg) is SendTaskErred):
         return None
-    if msg.get("op") != "task-erred":
-        return None
-    text = str(msg.get("text", ""))
+    text = str(msg.exception_text)
     head = text[:_ERROR_HEAD] + (" [...]" if len(text) > _ERROR_HEAD else "")
     error = MessageTooLargeError(
-        f"The error of task {msg.get('key')!r}", exc.size, exc.limit, detail=f"{head}\n\n"
+        f"The error of task {msg.key!r}", exc.size, exc.limit, detail=f"{head}\n\n"
     )
-    return {
-        **msg,
-        "exception": pack_exception(error, None)[0],
-        "traceback": None,
-        "text": str(error),
-    }
+    return SendTaskErred(
+        msg.key,
+        pack_exception(error, None)[0],
+        None,
+        str(error),
+        msg.startstops,
+        msg.thread,
+        msg.stimulus_id,
+    )
 
 
 _ERROR_HEAD = 2000  # characters of an oversize error that are kept
@@ -65,7 +82,8 @@ def adopt_lower_limit(comm: Comm, peer_limit: Any) -> None:
 
 
 class StreamChannel:
-    """The channel interface over a BatchedSend.
+    """The channel interface over a BatchedSend: messages (engine/wire.py) go out
+    encoded as dicts; ``wire.decode_batch`` makes objects of what the peer sends.
 
     Batching is adaptive (see BatchedSend): a dependency chain must not wait a
     timer at every step, while 10,000 small tasks finishing should not mean
@@ -78,16 +96,22 @@ class StreamChannel:
         interval: float = 0.002,
         on_unsendable: Callable[[Any, Exception], Any] = _error_too_large,
     ):
-        """``on_unsendable``: see BatchedSend; by default a task's error too large
-        to send is replaced by a smaller one (a worker's stream)."""
+        """``on_unsendable``: see BatchedSend (it gets and returns message objects);
+        by default a task's error too large to send is replaced by a smaller one (a
+        worker's stream)."""
         self.comm = comm
-        self.batched = BatchedSend(comm, interval=interval, on_unsendable=on_unsendable)
+        self.on_unsendable = on_unsendable
+        self.batched = BatchedSend(comm, interval=interval, on_unsendable=self._instead)
 
-    def send(self, msgs: list[dict]) -> None:
+    def send(self, msgs: list) -> None:
         try:
-            self.batched.send(*msgs)
+            self.batched.send(*encode_batch(msgs))
         except CommClosedError:
             pass  # the reader notices the broken stream and removes the peer
+
+    def _instead(self, raw: dict, exc: Exception) -> dict | None:
+        replacement = self.on_unsendable(decode(raw), exc)
+        return None if replacement is None else encode(replacement)
 
     async def close(self) -> None:
         with contextlib.suppress(CommError, OSError):
@@ -108,10 +132,11 @@ class ConnectionPool:
         self._idle: dict[str, list[Comm]] = {}
         self._closed = False
 
-    async def rpc(self, address: str, msg: dict, stats: dict | None = None) -> Any:
-        """Send ``msg`` and return the reply; ``stats["bytes_read"]``: the reply's wire size.
+    async def rpc(self, address: str, msg: Any, stats: dict | None = None) -> Any:
+        """Send the request ``msg`` (engine/wire.py) and return the reply, decoded;
+        ``stats["bytes_read"]``: the reply's wire size.
 
-        ``msg`` gains ``max_size``: the largest reply this comm accepts.
+        ``msg.max_size`` is set to the largest reply this comm accepts.
         """
         if self._closed:
             raise CommClosedError(address, "connection pool closed")
@@ -121,13 +146,17 @@ class ConnectionPool:
         )
         limit = getattr(comm, "max_message_size", None)
         if limit is not None:  # the peer keeps its reply under what we accept
-            msg = {**msg, "max_size": limit}
+            msg.max_size = limit
         try:
-            await comm.write(msg)
+            await comm.write(encode(msg))
             before = getattr(comm, "bytes_read", 0)
-            reply = await comm.read()
+            raw = await comm.read()
             if stats is not None:
                 stats["bytes_read"] = getattr(comm, "bytes_read", 0) - before
+            try:
+                reply = decode(raw)
+            except WireError as exc:
+                raise ProtocolError(address, f"a reply that is none of ours: {exc}") from exc
         except BaseException:
             comm.abort()
             raise
@@ -183,15 +212,16 @@ class RemoteData:
         while todo:
             one: dict = {}
             try:
-                msg = {"op": "get-data", "keys": todo, "who": who or self.who}
-                reply = await self.pool.rpc(peer, msg, one)
+                reply = await self.pool.rpc(peer, GetData(todo, who or self.who), one)
             except (TimeoutError, CommError, OSError) as exc:
                 raise OSError(f"could not get data from {peer}: {exc}") from exc
+            if type(reply) is not DataReply:
+                raise OSError(f"could not get data from {peer}: it answered {reply!r}")
             bytes_read += one.get("bytes_read", 0)
-            data.update(reply["data"])
-            nbytes.update(reply["nbytes"])
-            errors.update(reply.get("errors") or {})
-            more = list(reply.get("more") or ())
+            data.update(reply.data)
+            nbytes.update(reply.nbytes)
+            errors.update(reply.errors or {})
+            more = list(reply.more or ())
             if len(more) >= len(todo):  # no progress: never loop on a confused peer
                 logger.warning("%s sent none of %d keys asked for", peer, len(todo))
                 break
@@ -212,7 +242,7 @@ class SchedulerServer:
         secret: bytes,
         *,
         death_timeout: float = 10.0,
-        on_register: Callable[[str, dict], None] | None = None,
+        on_register: Callable[[str, RegisterWorker], None] | None = None,
         on_lost: Callable[[str], None] | None = None,
     ):
         """``on_lost(address)``: a worker's stream ended (it died, went silent for
@@ -237,47 +267,46 @@ class SchedulerServer:
 
     async def _handle_comm(self, comm: Comm) -> None:
         try:
-            msg = await asyncio.wait_for(comm.read(), self.death_timeout)
+            raw = await asyncio.wait_for(comm.read(), self.death_timeout)
         except (TimeoutError, CommError):
             comm.abort()
             return
-        if not isinstance(msg, dict) or msg.get("op") != "register-worker":
+        try:
+            msg = decode(raw)
+        except WireError as exc:
+            msg = exc
+        if type(msg) is not RegisterWorker:
             logger.warning("Closing a connection that did not register as a worker: %r", msg)
             comm.abort()
             return
         await self._serve_worker(comm, msg)
 
-    async def _serve_worker(self, comm: Comm, reg: dict) -> None:
-        address = reg["address"]
+    async def _serve_worker(self, comm: Comm, reg: RegisterWorker) -> None:
+        address = reg.address
         scheduler = self.scheduler
         if address in scheduler.worker_channels:
-            await comm.write({"op": "refused", "reason": f"{address} is already registered"})
+            await comm.write(encode(Refused(f"{address} is already registered")))
             comm.abort()
             return
-        await comm.write(
-            {
-                "op": "registered",
-                "time": scheduler.clock(),
-                "max_message_size": getattr(comm, "max_message_size", None),
-            }
-        )
-        adopt_lower_limit(comm, reg.get("max_message_size"))
+        limit = getattr(comm, "max_message_size", None)
+        await comm.write(encode(Registered(scheduler.clock(), limit)))
+        adopt_lower_limit(comm, reg.max_message_size)
         stream = StreamChannel(comm, on_unsendable=self._task_too_large(address))
         self._streams[address] = stream
         scheduler.add_worker(
             address,
             stream,
-            nthreads=reg["nthreads"],
-            memory_limit=reg["memory_limit"],
-            name=reg["name"],
-            pid=reg.get("pid"),
+            nthreads=reg.nthreads,
+            memory_limit=reg.memory_limit,
+            name=reg.name,
+            pid=reg.pid,
         )
         if self.on_register is not None:
             self.on_register(address, reg)
         try:
             while True:
-                msgs = await comm.read()
-                scheduler.handle_worker_messages(address, list(msgs))
+                msgs = decode_batch(await comm.read(), "The scheduler", address)
+                scheduler.handle_worker_messages(address, msgs)
         except CommError:
             pass
         except Exception:
@@ -296,24 +325,14 @@ class SchedulerServer:
         its future must end, and nobody else would ever tell the scheduler."""
 
         def on_unsendable(msg: Any, exc: Exception) -> None:
-            if not (isinstance(exc, MessageTooLargeError) and isinstance(msg, dict)):
+            if not (isinstance(exc, MessageTooLargeError) and type(msg) is ComputeTask):
                 return
-            if msg.get("op") != "compute-task":
-                return
-            key = msg.get("key")
+            key = msg.key
             error = MessageTooLargeError(
                 f"Task {key!r} (its function and arguments)", exc.size, exc.limit
             )
-            erred = {
-                "op": "task-erred",
-                "key": key,
-                "exception": pack_exception(error, None)[0],
-                "traceback": None,
-                "text": str(error),
-                "startstops": [],
-                "thread": None,
-                "stimulus_id": f"too-large-{key}",
-            }
+            packed = pack_exception(error, None)[0]
+            erred = SendTaskErred(key, packed, None, str(error), [], None, f"too-large-{key}")
             self.scheduler.handle_worker_messages(address, [erred])
 
         return on_unsendable

@@ -1,7 +1,7 @@
 """The scheduler shell: feeds SchedulerState and routes its instructions.
 
-Workers talk to it through channels of dict messages; clients live in the same
-process and hand it core events directly, getting ``ReportKey`` batches back.
+Workers talk to it through channels of messages (engine/wire.py); clients live in
+the same process and hand it core events directly, getting ``ReportKey`` batches back.
 Everything here runs on the engine's loop thread.
 """
 
@@ -38,10 +38,17 @@ from ..core.scheduler_messages import (
 from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
-from ..core.worker_messages import SendTaskFinished
+from ..core.worker_messages import (
+    SendCancelledTasksEnded,
+    SendDependencyUnavailable,
+    SendReplicasAdded,
+    SendTaskErred,
+    SendTaskFinished,
+)
 from .plugins import PluginSet, SchedulerPlugin
 from .remote import UnserializableResults
 from .task_stream import TaskStreamPlugin
+from .wire import Heartbeat, HeartbeatNow, HeartbeatReply, ResultUnsendable, WorkerPaused
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +90,6 @@ class Scheduler:
         self.register_plugin(self.task_stream)
         self.clock = clock
         self.worker_channels: dict[str, Channel] = {}
-        self._object_channels: set[str] = set()  # workers whose channel takes core objects
         self.on_unreachable: Callable[[str], None] | None = None
         self.running_source: Callable[[str], list[bytes] | None] | None = None
         # what heartbeats tell: memory, tasks running, last contact, process id
@@ -160,8 +166,6 @@ class Scheduler:
         pid: int | None = None,
     ) -> None:
         self.worker_channels[address] = channel
-        if getattr(channel, "carries_objects", False):
-            self._object_channels.add(address)
         self.worker_info[address] = {
             "name": name,
             "pid": pid,
@@ -175,7 +179,7 @@ class Scheduler:
             )
         )
         if self.state.busy:  # it joins mid-computation: its free threads are idle
-            channel.send([{"op": "cluster-busy", "busy": True}])
+            channel.send([ClusterBusy(True, "add-worker")])
         self.plugins.call_all("add_worker", self, address)
 
     def remove_worker(
@@ -193,7 +197,6 @@ class Scheduler:
             return
         if not expected and running is None and self.running_source is not None:
             running = self.running_source(address)
-        self._object_channels.discard(address)
         self.worker_info.pop(address, None)
         logger.info("Removing worker %s: %s", address, reason)
         self.handle(
@@ -260,10 +263,13 @@ class Scheduler:
             self.handle(ev)
 
     def handle_worker_messages(self, address: str, msgs: list) -> None:
+        """Messages from the worker at ``address`` (wire.py's classes, decoded already
+        when they came over TCP), made into the state machine's events."""
         events: list = []
         now = self.clock()
         for msg in msgs:
-            if type(msg) is SendTaskFinished:  # from a local channel: the instruction itself
+            t = type(msg)
+            if t is SendTaskFinished:
                 events.append(
                     TaskFinished(
                         msg.key,
@@ -276,56 +282,40 @@ class Scheduler:
                         now,
                     )
                 )
-                continue
-            op = msg["op"]
-            sid = msg.get("stimulus_id") or ""
-            if op == "heartbeat":
+            elif t is Heartbeat:
                 self._heartbeat(address, msg)
-            elif op == "task-finished":
-                events.append(
-                    TaskFinished(
-                        msg["key"],
-                        address,
-                        msg["nbytes"],
-                        msg["startstops"],
-                        msg["thread"],
-                        msg["type"],
-                        sid,
-                        now,
-                    )
-                )
-            elif op == "task-erred":
+            elif t is SendTaskErred:
                 events.append(
                     TaskErred(
-                        msg["key"],
+                        msg.key,
                         address,
-                        msg["exception"],
-                        msg["traceback"],
-                        msg["text"],
-                        msg["startstops"],
-                        msg["thread"],
-                        sid,
+                        msg.exception,
+                        msg.traceback,
+                        msg.exception_text,
+                        msg.startstops,
+                        msg.thread,
+                        msg.stimulus_id,
                         now,
                     )
                 )
-            elif op == "result-unserializable":
+            elif t is SendReplicasAdded:
+                events.append(ReplicasAdded(address, msg.keys, msg.nbytes, msg.stimulus_id, now))
+            elif t is SendCancelledTasksEnded:
+                events.append(CancelledTasksEnded(address, msg.keys, msg.stimulus_id, now))
+            elif t is ResultUnsendable:
                 events.append(
                     ResultUnserializable(
-                        msg["key"], address, msg["exception"], msg["text"], sid, now
+                        msg.key, address, msg.exception, msg.exception_text, "", now
                     )
                 )
-            elif op == "add-keys":
-                events.append(ReplicasAdded(address, msg["keys"], msg["nbytes"], sid, now))
-            elif op == "missing-data":
+            elif t is SendDependencyUnavailable:
                 events.append(
-                    DependencyUnavailable(msg["key"], msg["dependency"], address, sid, now)
+                    DependencyUnavailable(msg.key, msg.dependency, address, msg.stimulus_id, now)
                 )
-            elif op == "tasks-ended":
-                events.append(CancelledTasksEnded(address, msg["keys"], sid, now))
-            elif op == "worker-paused":
-                events.append(WorkerPauseChanged(address, msg["paused"], sid, now))
+            elif t is WorkerPaused:
+                events.append(WorkerPauseChanged(address, msg.paused, "", now))
             else:
-                logger.warning("Scheduler ignored unknown message %r from %s", op, address)
+                logger.warning("Scheduler ignored unknown message %r from %s", msg, address)
         self.handle(*events)
 
     # -- the door into the state machine, and routing ---------------------------------
@@ -338,31 +328,16 @@ class Scheduler:
             self._route(instructions)
 
     def _route(self, instructions: list) -> None:
-        to_workers: dict[str, list[dict]] = {}
+        to_workers: dict[str, list] = {}
         to_clients: dict[str, list[ReportKey]] = {}
         for inst in instructions:
             t = type(inst)
-            if t is ComputeTask:
+            if t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
+                # the message itself: a channel over TCP encodes it (engine/wire.py)
                 msgs = to_workers.get(inst.worker)
                 if msgs is None:
                     msgs = to_workers[inst.worker] = []
-                if inst.worker in self._object_channels:
-                    msgs.append(inst)
-                    continue
-                msgs.append(
-                    {
-                        "op": "compute-task",
-                        "key": inst.key,
-                        "spec": inst.spec,
-                        "who_has": inst.who_has,
-                        "nbytes": inst.nbytes,
-                        "priority": inst.priority,
-                        "prefix": inst.prefix,
-                        "span_id": inst.span_id,
-                        "annotation": inst.annotation,
-                        "stimulus_id": inst.stimulus_id,
-                    }
-                )
+                msgs.append(inst)
             elif t is ReportKey:
                 waiters = self._key_waiters.pop(inst.key, None)
                 if waiters:
@@ -375,34 +350,7 @@ class Scheduler:
                 reports.append(inst)
             elif t is ClusterBusy:
                 for msgs in [to_workers.setdefault(a, []) for a in self.worker_channels]:
-                    msgs.append({"op": "cluster-busy", "busy": inst.busy})
-            elif t is FreeKeys:
-                if inst.worker in self._object_channels:
-                    msg: Any = inst
-                else:
-                    msg = {"op": "free-keys", "keys": inst.keys, "stimulus_id": inst.stimulus_id}
-                    if inst.running:
-                        msg["running"] = True
-                to_workers.setdefault(inst.worker, []).append(msg)
-            elif t is ComputeTaskAlone:  # rare (a suspect of killing workers): kept apart
-                msgs = to_workers.setdefault(inst.worker, [])
-                if inst.worker in self._object_channels:
                     msgs.append(inst)
-                    continue
-                msgs.append(
-                    {
-                        "op": "compute-task-alone",
-                        "key": inst.key,
-                        "spec": inst.spec,
-                        "who_has": inst.who_has,
-                        "nbytes": inst.nbytes,
-                        "priority": inst.priority,
-                        "prefix": inst.prefix,
-                        "span_id": inst.span_id,
-                        "annotation": inst.annotation,
-                        "stimulus_id": inst.stimulus_id,
-                    }
-                )
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():
             handler = self.client_handlers.get(client_id)
@@ -413,16 +361,16 @@ class Scheduler:
             if channel is not None:
                 channel.send(msgs)
 
-    def _heartbeat(self, address: str, msg: dict) -> None:
+    def _heartbeat(self, address: str, msg: Heartbeat) -> None:
         info = self.worker_info.get(address)
         if info is None:
             return
         info["last_seen"] = self.clock()
-        info["memory"] = msg.get("memory", 0)
-        info["managed"] = msg.get("managed", 0)
-        info["spilled"] = msg.get("spilled", 0)
-        info["executing"] = msg.get("executing", 0)
-        metrics = msg.get("metrics")
+        info["memory"] = msg.memory
+        info["managed"] = msg.managed
+        info["spilled"] = msg.spilled
+        info["executing"] = msg.executing
+        metrics = msg.metrics
         if metrics:
             self.add_worker_metrics(metrics)
         for waiter in self._heartbeat_waiters.pop(address, ()):
@@ -431,7 +379,7 @@ class Scheduler:
         channel = self.worker_channels.get(address)
         if channel is not None:
             # the worker halves the round trip to learn how far its clock is from ours
-            channel.send([{"op": "heartbeat-reply", "sent": msg["sent"], "time": self.clock()}])
+            channel.send([HeartbeatReply(msg.sent, self.clock())])
 
     async def refresh_metrics(self, timeout: float = 2.0) -> None:
         """Ask every worker for a heartbeat now, so the metrics include the last moment.
@@ -445,7 +393,7 @@ class Scheduler:
             waiter = loop.create_future()
             self._heartbeat_waiters.setdefault(address, []).append(waiter)
             waiters.append(waiter)
-            channel.send([{"op": "heartbeat-now"}])
+            channel.send([HeartbeatNow()])
         pending = [w for w in waiters if not w.done()]
         if pending:
             await asyncio.wait(pending, timeout=timeout)

@@ -1,8 +1,8 @@
 """The worker shell: turns WorkerState instructions into thread-pool work and fetches.
 
-It speaks to the scheduler only through a channel of plain dict messages, so the
-same class serves embedded workers (a LocalChannel on the kernel's engine loop)
-and subprocess workers (a TCP stream).
+It speaks to the scheduler only through a channel of messages (engine/wire.py), so
+the same class serves embedded workers (a LocalChannel on the kernel's engine loop,
+which passes the objects) and subprocess workers (a TCP stream, which encodes them).
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ import psutil
 from ..core.annotations import current_span
 from ..core.keys import Key
 from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
+from ..core.scheduler_messages import ClusterBusy, ComputeTask, ComputeTaskAlone, FreeKeys
 from ..core.worker_messages import (
-    ComputeAloneRequested,
-    ComputeRequested,
     Execute,
     ExecuteAfter,
     ExecuteSkipped,
     ExecuteSucceeded,
-    FreeKeysRequested,
     GatherDep,
     GatherDepFailed,
     GatherDepSucceeded,
@@ -52,6 +50,21 @@ from .remote import UnserializableResults
 from .slots import RunningSlots
 from .spill import SpillBuffer
 from .trim import trim_memory
+from .wire import (
+    DataReply,
+    GetData,
+    Heartbeat,
+    HeartbeatNow,
+    HeartbeatReply,
+    RequestFailed,
+    ResultUnsendable,
+    Run,
+    RunResult,
+    WireError,
+    WorkerPaused,
+    decode,
+    encode,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +192,6 @@ class Worker:
         self.state = WorkerState(address=address, nthreads=nthreads, data=data)
         self.data = self.state.data
         self.scheduler: Channel | None = None
-        self._send_objects = False
         self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
         # a worker process's record of what each task thread runs, read by its nanny
         # after a death to blame the right tasks (engine/slots.py); None when embedded
@@ -258,72 +270,40 @@ class Worker:
 
     def connect(self, scheduler: Channel) -> None:
         self.scheduler = scheduler
-        self._send_objects = getattr(scheduler, "carries_objects", False)
 
     # -- inbound ----------------------------------------------------------------------
 
     def handle_scheduler_messages(self, msgs: list) -> None:
+        """Messages from the scheduler (wire.py's classes, decoded already when they
+        came over TCP): its instructions go to the state machine as they are."""
         events = []
         for msg in msgs:
-            if type(msg) is not dict:  # a local channel's core object: the state machine's
+            t = type(msg)
+            if t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
                 events.append(msg)
-                continue
-            op = msg["op"]
-            if op == "compute-task":
-                events.append(
-                    ComputeRequested(
-                        msg["key"],
-                        msg["spec"],
-                        msg["who_has"],
-                        msg["nbytes"],
-                        msg["priority"],
-                        msg["prefix"],
-                        msg["span_id"],
-                        msg["stimulus_id"],
-                        msg.get("annotation"),
-                    )
-                )
-            elif op == "free-keys":
-                events.append(
-                    FreeKeysRequested(msg["keys"], msg["stimulus_id"], msg.get("running", False))
-                )
-            elif op == "compute-task-alone":  # a suspect of killing workers (rare)
-                events.append(
-                    ComputeAloneRequested(
-                        msg["key"],
-                        msg["spec"],
-                        msg["who_has"],
-                        msg["nbytes"],
-                        msg["priority"],
-                        msg["prefix"],
-                        msg["span_id"],
-                        msg["stimulus_id"],
-                        msg.get("annotation"),
-                    )
-                )
-            elif op == "heartbeat-reply":
+            elif t is HeartbeatReply:
                 self._learn_clock_offset(msg)
-            elif op == "heartbeat-now":
+            elif t is HeartbeatNow:
                 self.heartbeat()
-            elif op == "cluster-busy":
+            elif t is ClusterBusy:
                 # followed with metrics off too, so they start right when switched on
-                idle = self.timeline.set_busy(msg["busy"], time.perf_counter(), self.pool.running)
+                idle = self.timeline.set_busy(msg.busy, time.perf_counter(), self.pool.running)
                 if self.fine_metrics:
                     self._idle += idle
             else:
-                logger.warning("Worker %s ignored an unknown message %r", self.address, op)
+                logger.warning("Worker %s ignored an unknown message %r", self.address, msg)
         self.handle(*events)
 
     def now(self) -> float:
         """The scheduler's clock, as well as this worker can tell."""
         return self.clock() + self.clock_offset
 
-    def _learn_clock_offset(self, msg: dict) -> None:
+    def _learn_clock_offset(self, msg: HeartbeatReply) -> None:
         if self.in_process:
             return  # same clock
         received = self.clock()
-        rtt = received - msg["sent"]
-        self._offset_samples.append((rtt, msg["time"] - (msg["sent"] + received) / 2))
+        rtt = received - msg.sent
+        self._offset_samples.append((rtt, msg.time - (msg.sent + received) / 2))
         # the fastest round trip brackets the scheduler's reading most tightly
         self.clock_offset = min(self._offset_samples)[1]
 
@@ -332,16 +312,15 @@ class Worker:
             return
         self.scheduler.send(
             [
-                {
-                    "op": "heartbeat",
-                    "sent": self.clock(),
-                    "memory": self._process.memory_info().rss,
-                    "managed": self.managed_bytes(),
-                    "spilled": getattr(self.data, "spilled", 0),
-                    "executing": len(self.state.executing),
-                    "ready": len(self.state.ready),
-                    "metrics": self.metrics_delta(),
-                }
+                Heartbeat(
+                    sent=self.clock(),
+                    memory=self._process.memory_info().rss,
+                    managed=self.managed_bytes(),
+                    spilled=getattr(self.data, "spilled", 0),
+                    executing=len(self.state.executing),
+                    ready=len(self.state.ready),
+                    metrics=self.metrics_delta(),
+                )
             ]
         )
 
@@ -425,7 +404,7 @@ class Worker:
         self._stuck_since = None
         self.handle(PauseChanged(paused))
         if self.scheduler is not None and not self._closed:
-            self.scheduler.send([{"op": "worker-paused", "paused": paused}])
+            self.scheduler.send([WorkerPaused(paused)])
 
     def _check_stuck(self, used: int, moved: int) -> None:
         """Paused, with no task running that could end and free memory, and nothing
@@ -520,8 +499,8 @@ class Worker:
         instructions = self.state.handle_stimulus(*events)
         if not instructions:
             return
-        msgs: list[dict] = []
-        ended: dict | None = None
+        msgs: list = []  # the Send* instructions are the messages (engine/wire.py)
+        ended: SendCancelledTasksEnded | None = None
         # when this batch's tasks are handed to the pool: the time until a thread
         # starts one is executor (one clock reading for the batch)
         submitted = time.perf_counter() if self.fine_metrics else 0.0
@@ -534,59 +513,25 @@ class Worker:
                     t1 = self.now()
                     seconds = self._disk_writes.pop(inst.key)
                     inst.startstops = [*inst.startstops, ("disk-write", t1 - seconds, t1)]
-                if self._send_objects:
-                    msgs.append(inst)
-                    continue
-                msgs.append(
-                    {
-                        "op": "task-finished",
-                        "key": inst.key,
-                        "nbytes": inst.nbytes,
-                        "type": inst.type_name,
-                        "startstops": self._scheduler_times(inst.startstops),
-                        "thread": inst.thread,
-                        "stimulus_id": inst.stimulus_id,
-                    }
-                )
+                if self.clock_offset:
+                    inst.startstops = self._scheduler_times(inst.startstops)
+                msgs.append(inst)
             elif t is SendTaskErred:
-                if self.in_process:
-                    exc, tb = inst.exception, inst.traceback
-                else:
-                    exc, tb = pack_exception(inst.exception, inst.traceback)
-                msgs.append(
-                    {
-                        "op": "task-erred",
-                        "key": inst.key,
-                        "exception": exc,
-                        "traceback": tb,
-                        "text": inst.exception_text,
-                        "startstops": self._scheduler_times(inst.startstops),
-                        "thread": inst.thread,
-                        "stimulus_id": inst.stimulus_id,
-                    }
-                )
+                if not self.in_process:  # the kernel may not be able to unpickle them
+                    inst.exception, inst.traceback = pack_exception(inst.exception, inst.traceback)
+                inst.startstops = self._scheduler_times(inst.startstops)
+                msgs.append(inst)
             elif t is ExecuteAfter:
                 self._offer_after(inst)
             elif t is GatherDep:
                 self._spawn(self._gather_dep(inst))
-            elif t is SendReplicasAdded:
-                msgs.append(
-                    {"op": "add-keys", "keys": inst.keys, "nbytes": inst.nbytes, "stimulus_id": ""}
-                )
+            elif t is SendReplicasAdded or t is SendDependencyUnavailable:
+                msgs.append(inst)
             elif t is SendCancelledTasksEnded:
                 if ended is None:  # one message for the batch (a cancel frees one key a go)
-                    ended = {"op": "tasks-ended", "keys": [], "stimulus_id": inst.stimulus_id}
+                    ended = SendCancelledTasksEnded([], inst.stimulus_id)
                     msgs.append(ended)
-                ended["keys"].extend(inst.keys)
-            elif t is SendDependencyUnavailable:
-                msgs.append(
-                    {
-                        "op": "missing-data",
-                        "key": inst.key,
-                        "dependency": inst.dependency,
-                        "stimulus_id": inst.stimulus_id,
-                    }
-                )
+                ended.keys.extend(inst.keys)
         if msgs and self.scheduler is not None:
             self.scheduler.send(msgs)
 
@@ -774,9 +719,16 @@ class Worker:
             nbytes[key] = ts.nbytes if ts is not None else 0
         return out, nbytes
 
-    async def serve(self, comm: Any, msg: dict) -> None:
-        """Answer one request on a peer connection, metering what sending data cost."""
-        if msg.get("op") != "get-data" or not self.fine_metrics:
+    async def serve(self, comm: Any, raw: Any) -> None:
+        """Answer one request read from a peer connection (a dict, see engine/wire.py),
+        metering what sending data cost. A request that is none of ours gets an error."""
+        try:
+            msg = decode(raw)
+        except WireError as exc:
+            logger.warning("Worker %s refused a peer's request: %s", self.address, exc)
+            await comm.write(encode(RequestFailed(pack_exception(exc, None)[0])))
+            return
+        if type(msg) is not GetData or not self.fine_metrics:
             await self._reply(comm, msg)
             return
 
@@ -792,29 +744,29 @@ class Worker:
         for label, value, unit in digests:
             add(("get-data", label, unit), value)
 
-    async def _reply(self, comm: Any, msg: dict) -> int:
+    async def _reply(self, comm: Any, msg: Any) -> int:
         start = self.now()
         reply = await self.handle_request(msg)
         # the requester's limit, if lower than ours: over it, it would drop the comm
-        limit = msg.get("max_size")
+        limit = getattr(msg, "max_size", None)
         write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
         try:
-            written = await write(reply)
+            written = await write(encode(reply))
         except (SerializationError, MessageTooLargeError) as exc:  # nothing was sent
-            if "data" not in reply:
-                if isinstance(exc, SerializationError) or "status" not in reply:
+            if type(reply) is not DataReply:
+                if isinstance(exc, SerializationError) or type(reply) is not RunResult:
                     raise
                 # a client.run result too large to send: an error, not a broken comm
                 packed = pack_exception(exc, None)[0]
-                written = await write({"status": "error", "exception": packed})
+                written = await write(encode(RequestFailed(packed)))
                 return 0
             reply = self.drop_unserializable(reply)
             if isinstance(exc, MessageTooLargeError):
                 reply = self.fit_reply(reply, exc.limit)
-            written = await write(reply)
-        if "data" not in reply or not reply["data"]:
+            written = await write(encode(reply))
+        if type(reply) is not DataReply or not reply.data:
             return 0
-        return self._log_sent(msg.get("who", ""), reply["data"], reply["nbytes"], written, start)
+        return self._log_sent(msg.who, reply.data, reply.nbytes, written, start)
 
     def send_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
         """``get_data`` for a reader in this process (an embedded peer, or the kernel's
@@ -842,41 +794,37 @@ class Worker:
         )
         return total
 
-    async def handle_request(self, msg: dict) -> dict:
+    async def handle_request(self, msg: Any) -> Any:
         """A peer's (or the kernel's) request on a request/reply connection."""
-        op = msg.get("op")
-        if op == "get-data":  # logged once sent (_reply)
-            data, nbytes = self.get_data(list(msg["keys"]), msg.get("who", ""))
+        t = type(msg)
+        if t is GetData:  # logged once sent (_reply)
+            data, nbytes = self.get_data(list(msg.keys), msg.who)
             data = {key: _exact(value) for key, value in data.items()}
-            return {"status": "OK", "data": data, "nbytes": nbytes}
-        if op == "run":
+            return DataReply(data, nbytes)
+        if t is Run:
             try:
-                fn = cloudpickle.loads(msg["function"])
+                fn = cloudpickle.loads(msg.function)
                 result = await self.run_function(fn)
             except Exception as exc:
                 packed, tb = pack_exception(exc, exc.__traceback__)
-                return {"status": "error", "exception": packed, "traceback": tb}
-            return {"status": "OK", "result": cloudpickle.dumps(result)}
-        return {
-            "status": "error",
-            "exception": pack_exception(ValueError(f"unknown op {op!r}"), None)[0],
-        }
+                return RequestFailed(packed, tb)
+            return RunResult(cloudpickle.dumps(result))
+        error = ValueError(f"{getattr(msg, 'op', msg)!r} is not a request a worker answers")
+        return RequestFailed(pack_exception(error, None)[0])
 
-    def drop_unserializable(self, reply: dict) -> dict:
+    def drop_unserializable(self, reply: DataReply) -> DataReply:
         """A get-data reply whose values would not pickle: send the rest, report the bad.
 
         The scheduler marks each bad key erred, so the task fails rather than hangs.
         """
-        errors = reply.setdefault("errors", {})
-        for key, value in list(reply["data"].items()):
+        for key, value in list(reply.data.items()):
             try:
                 check_serializable(value, f"the result of task {key!r}")
             except SerializationError as exc:
                 self._unsendable(reply, key, exc)
-        reply["errors"] = errors
         return reply
 
-    def fit_reply(self, reply: dict, limit: int) -> dict:
+    def fit_reply(self, reply: DataReply, limit: int) -> DataReply:
         """A get-data reply over the message size limit: as many values as fit.
 
         Keys left out are listed in ``more`` for the requester to ask again (see
@@ -885,11 +833,11 @@ class Worker:
         over the limit, so measuring each value (serialising it) is affordable.
         """
         # the body names each key up to twice (data or more, and nbytes)
-        keys_size = 2 * _wire_size(list(reply["data"]), compress=False)
+        keys_size = 2 * _wire_size(list(reply.data), compress=False)
         budget = max(limit // 2, limit - _REPLY_HEADROOM - keys_size)
         used = 0
         more = []
-        for key, value in list(reply["data"].items()):
+        for key, value in list(reply.data.items()):
             size = _wire_size(value, compress=False)
             if size > budget:  # compression might bring it under
                 size = _wire_size(value, compress=True)
@@ -898,33 +846,24 @@ class Worker:
                 used += self._unsendable(reply, key, error)
             elif used and used + size > budget:
                 more.append(key)
-                del reply["data"][key]
-                reply["nbytes"].pop(key, None)
+                del reply.data[key]
+                reply.nbytes.pop(key, None)
             else:
                 used += size
-        reply["more"] = more
+        reply.more = more
         return reply
 
-    def _unsendable(self, reply: dict, key: Key, exc: Exception) -> int:
+    def _unsendable(self, reply: DataReply, key: Key, exc: Exception) -> int:
         """Take ``key`` out of a get-data reply, and fail its task on the scheduler.
 
         Returns about the bytes the error adds to the reply.
         """
         payload, _ = pack_exception(exc, None)
-        reply.setdefault("errors", {})[key] = (payload, str(exc))
-        del reply["data"][key]
-        reply["nbytes"].pop(key, None)
+        reply.errors[key] = (payload, str(exc))
+        del reply.data[key]
+        reply.nbytes.pop(key, None)
         if self.scheduler is not None:
-            self.scheduler.send(
-                [
-                    {
-                        "op": "result-unserializable",
-                        "key": key,
-                        "exception": payload,
-                        "text": str(exc),
-                    }
-                ]
-            )
+            self.scheduler.send([ResultUnsendable(key, payload, str(exc))])
         return len(payload) + len(str(exc))
 
     async def run_function(self, fn: Callable[..., Any]) -> Any:

@@ -17,6 +17,7 @@ from .comm import Comm, CommError, connect, listen
 from .config import WorkerConfig
 from .remote import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .slots import RunningSlots
+from .wire import Registered, RegisterWorker, decode, decode_batch, encode
 from .worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -61,21 +62,17 @@ async def serve(
         worker.slots = RunningSlots(config.local_directory, worker.pool.idents)
     comm = await connect(scheduler_address, secret=secret)
     try:
-        await comm.write(
-            {
-                "op": "register-worker",
-                "address": worker.address,
-                "nthreads": nthreads,
-                "memory_limit": memory_limit,
-                "name": worker.name,
-                "pid": os.getpid(),
-                "max_message_size": getattr(comm, "max_message_size", None),
-            }
+        limit = getattr(comm, "max_message_size", None)
+        register = RegisterWorker(
+            worker.address, nthreads, memory_limit, worker.name, os.getpid(), limit
         )
-        reply = await comm.read()
-        if reply.get("op") != "registered":
-            raise RuntimeError(f"The scheduler refused this worker: {reply.get('reason')}")
-        adopt_lower_limit(comm, reply.get("max_message_size"))
+        await comm.write(encode(register))
+        reply = decode(await comm.read())
+        if type(reply) is not Registered:
+            raise RuntimeError(
+                f"The scheduler refused this worker: {getattr(reply, 'reason', reply)}"
+            )
+        adopt_lower_limit(comm, reply.max_message_size)
         stream = StreamChannel(comm)
         exit_code = 0
 
@@ -89,8 +86,8 @@ async def serve(
         worker.start_periodic()
         try:
             while True:
-                msgs = await comm.read()
-                worker.handle_scheduler_messages(list(msgs))
+                msgs = decode_batch(await comm.read(), worker.address, "the scheduler")
+                worker.handle_scheduler_messages(msgs)
         except CommError:
             if not exit_code:
                 logger.info("Worker %s lost its scheduler; shutting down", worker.address)

@@ -14,6 +14,7 @@ import pytest
 
 from kernel_cluster import Client, KernelCluster, KilledWorker
 from kernel_cluster.engine.comm import SerializationError
+from kernel_cluster.engine.wire import HeartbeatReply, decode
 from tests.engine.helpers import wait_for
 
 
@@ -293,12 +294,12 @@ def test_clock_offset_from_heartbeat_round_trips():
         # sent at 100.0, answered at scheduler time 1100.05, back at 100.1: rtt 0.1
         now[0] = 100.1
         worker.handle_scheduler_messages(
-            [{"op": "heartbeat-reply", "sent": 100.0, "time": 1100.05}]
+            [decode({"op": "heartbeat-reply", "sent": 100.0, "time": 1100.05})]
         )
         assert worker.clock_offset == pytest.approx(1000.0)
         # a slower round trip brackets the reading less tightly: the fast one is kept
         now[0] = 103.0
-        worker.handle_scheduler_messages([{"op": "heartbeat-reply", "sent": 101.0, "time": 1102.9}])
+        worker.handle_scheduler_messages([HeartbeatReply(sent=101.0, time=1102.9)])
         assert worker.clock_offset == pytest.approx(1000.0)
         assert worker.now() == pytest.approx(1103.0)
         assert worker._scheduler_times([("compute", 1.0, 2.0)]) == [
