@@ -287,6 +287,7 @@ def _transfers(entries: Iterable[Mapping[str, Any]]) -> tuple[TransferLogEntry, 
             compressed_bytes=int(e.get("compressed", e["total"])),
             start=float(e["start"]),
             stop=float(e["stop"]),
+            n_keys=int(e.get("n_keys", len(e["keys"]))),
         )
         for e in entries
     )

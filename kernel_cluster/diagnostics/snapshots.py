@@ -176,8 +176,9 @@ class MemorySnapshot:
 @dataclass(frozen=True, slots=True)
 class TransferLogEntry:
     """One transfer of results between two workers (or to the client), as one end
-    logged it: the ``peer`` at the other end, the keys, their size in bytes and the
-    bytes on the wire (``compressed_bytes``), start and stop times."""
+    logged it: the ``peer`` at the other end, the keys (the first 100 of ``n_keys``),
+    their size in bytes and the bytes on the wire (``compressed_bytes``), start and
+    stop times."""
 
     peer: str
     keys: tuple[TaskKey, ...]
@@ -185,6 +186,7 @@ class TransferLogEntry:
     compressed_bytes: int
     start: float
     stop: float
+    n_keys: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, MutableMapping
 from functools import partial
+from itertools import islice
 from typing import Any, Protocol
 
 import cloudpickle
@@ -67,6 +68,10 @@ from .wire import (
 )
 
 logger = logging.getLogger(__name__)
+
+# keys named in one transfer log entry, at most (``n_keys`` counts them all): a gather of
+# 10,000 results would otherwise keep 10,000 keys alive per entry
+LOGGED_KEYS = 100
 
 _NO_DATA: dict = {}
 
@@ -671,7 +676,8 @@ class Worker:
             self.transfer_incoming_log.append(
                 {
                     "peer": inst.worker,
-                    "keys": list(data),
+                    "keys": list(islice(data, LOGGED_KEYS)),
+                    "n_keys": len(data),
                     "total": total_bytes,
                     "compressed": stats.get("bytes_read", total_bytes),
                     "start": start,
@@ -785,7 +791,8 @@ class Worker:
         self.transfer_outgoing_log.append(
             {
                 "peer": who,
-                "keys": list(data),
+                "keys": list(islice(data, LOGGED_KEYS)),
+                "n_keys": len(data),
                 "total": total,
                 "compressed": total if written is None else written,
                 "start": start,

@@ -42,3 +42,14 @@ def test_transfer_logs_are_bounded(two_workers):
         )
     )
     assert all(0 < n <= 100_000 for pair in lengths.values() for n in pair), lengths
+
+
+def test_a_large_gather_keeps_a_bounded_number_of_keys_in_the_log(two_workers):
+    """A million gathered results must not mean a million keys kept in transfer logs."""
+    client = two_workers
+    a, _ = sorted(client.scheduler_info()["workers"])
+    futures = client.map(int, range(500), workers=[a], pure=False)
+    assert client.gather(futures) == list(range(500))
+    sent = [e for e in logs(client, "outgoing")[a] if e["peer"] == "scheduler"]
+    assert sum(e["n_keys"] for e in sent) == 500
+    assert all(len(e["keys"]) <= 100 for e in sent), [len(e["keys"]) for e in sent]

@@ -255,7 +255,9 @@ def run_workload(source: StreamSource, tag: str) -> tuple[str, str]:
         source.add(f"inc-{i}", worker=incs[-1][1], start=start, span_id=inner)
     fetched = tuple(k for k, w, _ in incs if w == "w2")
     t1 = t0 + 1.5
-    transfer = TransferLogEntry("w2", fetched, 8 * len(fetched), 8 * len(fetched), t1, t1 + 0.01)
+    transfer = TransferLogEntry(
+        "w2", fetched, 8 * len(fetched), 8 * len(fetched), t1, t1 + 0.01, len(fetched)
+    )
     source.add(
         "total-0",
         worker="w1",
