@@ -15,6 +15,33 @@ Three parts, kept apart on purpose:
   last heartbeat; ``add_metrics`` sums deltas on the scheduler.
 
 Clocks are parameters: tests drive them by hand.
+
+Where a task's metric goes, as file:function hops from where it is measured to
+where it is drawn (``thread-noncpu``, say; every ``TASK_FIELDS`` metric goes the
+same way):
+
+1. measured: engine/execute.py ``TaskRunner._succeeded`` (``noncpu``), or
+   ``TaskRunner._failed`` (``TaskTiming.noncpu``); a tiny task has none (its
+   ``thread-cpu`` and the like: ``TaskRunner.run``'s short path);
+2. summed per thread and group into ``GroupTotals.noncpu`` (named
+   ``("thread-noncpu", "seconds")`` by ``TASK_FIELDS``): on the task thread, by
+   ``TaskRunner._succeeded`` / ``run`` in the totals that
+   ``ThreadAccount.totals_for`` returns, or here by ``ThreadAccount.add``;
+3. taken per heartbeat: engine/worker.py ``Worker.metrics_delta`` passes
+   ``ThreadTimeline.take`` -> ``ThreadAccount.take`` to ``MetricsLedger.add``: key
+   ``("execute", span_id, prefix, "thread-noncpu", "seconds")``, in ``total`` and
+   in the delta, which ``Worker.heartbeat`` sends (``MetricsLedger.take_delta``);
+4. summed on the scheduler: engine/scheduler.py ``Scheduler._heartbeat`` ->
+   ``Scheduler.add_worker_metrics``: ``add_metrics`` (here) into
+   ``worker_metrics``, and core/spans.py ``SpanTree.add_metrics`` per span;
+5. read: diagnostics/engine_source.py ``EngineSource.fine_metrics`` (after
+   ``Scheduler.refresh_metrics``), for ``Client.fine_metrics`` (client.py,
+   diagnostics/fine_metrics.py ``to_frame``) and for the widgets;
+6. fed: jupyter/live.py ``Publisher.tick`` (``READERS["metrics"]``) ->
+   diagnostics/feeds.py ``MetricsFeed.update``: deltas against what was sent;
+7. drawn: widgets/src/store.ts ``MetricsTable.apply`` -> widgets/src/fineMetrics.ts
+   ``FineMetricsView.render`` (widgets/src/aggregate.ts ``computePanels``, then
+   ``drawBars``: the "by activity" panel).
 """
 
 from __future__ import annotations
@@ -252,6 +279,48 @@ TASK_FIELDS = (
 _NO_TASKS = (0.0, 0.0, 0.0, 0.0, 0, 0, 0.0)
 
 
+class TaskTiming:
+    """One run of a task on a task thread, named as the task runner measures it
+    (engine/execute.py, ``TaskRunner``): wall-clock seconds, but ``nbytes``.
+
+    - ``submitted``: when the task was handed to the pool (0: the moment the thread
+      was free, a continuation); ``start``: when the thread picked it up; ``stop``:
+      when the run ended. With the thread's previous ``stop`` they give ``executor``
+      and idle;
+    - ``cpu``, ``noncpu``: the task's own code on and off the CPU (``thread-cpu``,
+      ``thread-noncpu``), meters left out;
+    - ``other``: the rest of the run (reading inputs, measuring the result, a
+      traceback); ``deserialize``: unpickling the task;
+    - ``nbytes``: the result's size (``output``).
+
+    ``ThreadAccount.add`` reads it and keeps nothing of it. The task runner makes
+    one for a failed run only: the runs that succeed add the same parts straight to
+    the totals ``ThreadAccount.totals_for`` returns (an object per task costs).
+    """
+
+    __slots__ = ("cpu", "deserialize", "nbytes", "noncpu", "other", "start", "stop", "submitted")
+
+    def __init__(
+        self,
+        submitted: float = 0.0,
+        start: float = 0.0,
+        stop: float = 0.0,
+        cpu: float = 0.0,
+        noncpu: float = 0.0,
+        other: float = 0.0,
+        deserialize: float = 0.0,
+        nbytes: int = 0,
+    ) -> None:
+        self.submitted = submitted
+        self.start = start
+        self.stop = stop
+        self.cpu = cpu
+        self.noncpu = noncpu
+        self.other = other
+        self.deserialize = deserialize
+        self.nbytes = nbytes
+
+
 class GroupTotals:
     """What one (span, prefix) ran on one thread: ``TASK_FIELDS``, as attributes.
 
@@ -340,21 +409,27 @@ class ThreadAccount:
         self._seen: dict[object, Any] = {}  # totals -> their values at the last look
         self._seen_idle = 0.0
 
-    def add(
-        self,
-        group: tuple,
-        submitted: float,
-        start: float,
-        stop: float,
-        cpu: float,
-        noncpu: float,
-        other: float,
-        deserialize: float,
-        nbytes: int,
-    ) -> None:
-        """A task of ``group`` (span, prefix) handed to the pool at ``submitted`` ran on
-        this thread from ``start`` to ``stop``; ``submitted`` 0 means it was handed
-        over the moment the thread was free (a continuation)."""
+    def add(self, group: tuple, timing: TaskTiming) -> None:
+        """A run of a task of ``group`` (span, prefix), measured as ``timing`` (read
+        here, not kept)."""
+        totals = self.totals_for(group, timing.submitted, timing.start, timing.stop)
+        # field by field, in place: no new objects for the garbage collector to count
+        totals.cpu += timing.cpu
+        totals.noncpu += timing.noncpu
+        totals.other += timing.other
+        totals.count += 1
+        totals.nbytes += timing.nbytes
+        totals.deserialize += timing.deserialize
+
+    def totals_for(self, group: tuple, submitted: float, start: float, stop: float) -> GroupTotals:
+        """Account this thread's time up to a task of ``group`` handed to the pool at
+        ``submitted`` that ran from ``start`` to ``stop`` (idle, ``executor``), and
+        return the group's totals, for the caller to add the run's own parts to
+        (``add``, or the task runner, inline). ``submitted`` 0 means it was handed
+        over the moment the thread was free (a continuation).
+
+        The caller adds field by field, in place: no new objects for the garbage
+        collector to count."""
         if self.stale is not None:
             self._retire(group)
         mark = self.mark
@@ -373,18 +448,10 @@ class ThreadAccount:
         totals = self.sums.get(group)
         if totals is None:
             totals = self.sums[group] = GroupTotals()
-        # field by field, in place: no new objects for the garbage collector to count
-        totals.cpu += cpu
-        if noncpu:
-            totals.noncpu += noncpu
         totals.executor += executor
-        totals.other += other
-        totals.count += 1
-        totals.nbytes += nbytes
-        if deserialize:
-            totals.deserialize += deserialize
         self.last_group = group
         self.last_totals = totals
+        return totals
 
     def add_extra(self, group: tuple, digests: list[tuple]) -> None:
         """What ``context_meter`` recorded in a task of ``group``: (label, value, unit)."""

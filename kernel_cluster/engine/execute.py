@@ -6,6 +6,7 @@ import os
 import threading
 import time
 import traceback as tb_module
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -14,7 +15,7 @@ import tblib
 
 from ..core import spec as spec_module
 from ..core.keys import Key
-from ..core.metrics import MeterFrame, ThreadAccount
+from ..core.metrics import MeterFrame, TaskTiming, ThreadAccount
 from ..core.sizeof import sizeof
 from ..core.worker_messages import ExecuteFailed, ExecuteSucceeded
 from .meter import context_meter
@@ -28,8 +29,45 @@ _ENGINE_FILES = frozenset({os.path.abspath(__file__), os.path.abspath(spec_modul
 _SHORT_TASK = 20e-6
 _SHORT_GAP = 50e-6
 _STALE_READING = 10e-3
-_wall, _cpu = time.perf_counter, time.thread_time
 _evaluate = spec_module.evaluate
+
+
+def _cpu_of(thread: int) -> float:
+    return time.clock_gettime(time.pthread_getcpuclockid(thread))
+
+
+class Clocks:
+    """The clocks a task runner reads: passed in, so that tests script them.
+
+    - ``wall``: seconds on a fine monotonic clock (``time.perf_counter``): every
+      interval of a run, and the marks of the thread's account (the worker sets
+      those with the same clock);
+    - ``thread_cpu``: the calling thread's CPU seconds (``time.thread_time``);
+    - ``cpu_of``: a thread's CPU seconds by its ident, read from another thread;
+      raises OSError or AttributeError where the platform has no such clock;
+    - ``epoch``: seconds since the epoch (``time.time``), the scheduler's kind of
+      clock: the task stream's times are the wall clock plus ``epoch() - wall()``.
+
+    The runner binds these functions to itself once: a task reads no attribute of
+    this object.
+    """
+
+    __slots__ = ("cpu_of", "epoch", "thread_cpu", "wall")
+
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.perf_counter,
+        thread_cpu: Callable[[], float] = time.thread_time,
+        cpu_of: Callable[[int], float] = _cpu_of,
+        epoch: Callable[[], float] = time.time,
+    ) -> None:
+        self.wall = wall
+        self.thread_cpu = thread_cpu
+        self.cpu_of = cpu_of
+        self.epoch = epoch
+
+
+REAL_CLOCKS = Clocks()
 
 
 class TaskRunner:
@@ -37,10 +75,13 @@ class TaskRunner:
 
     It holds the thread's ``account`` (where the metrics are summed), its
     ``context_meter`` listener (installed for good: a trivial task's whole cost is a
-    few microseconds) and an estimate of the thread's CPU clock.
+    few microseconds), an estimate of the thread's CPU clock, and the clocks it
+    reads (``Clocks``, bound to slots: a task loads none of them through the
+    ``Clocks`` object).
 
     How a run's time is spent, summed here on the task thread so that the worker's
-    loop does nothing per task for metrics:
+    loop does nothing per task for metrics (into the ``GroupTotals`` fields of
+    core/metrics.py, which also traces where they go from there):
 
     - ``thread-cpu``: the thread's CPU time inside the task's own code; a task of a
       few microseconds counts its wall time, as reading the CPU clock would cost
@@ -52,6 +93,16 @@ class TaskRunner:
     - ``other``: the rest of the run (unpacking inputs, measuring the result);
     - ``executor``: from ``submitted`` (handed to the pool) until it started.
 
+    Two accounting paths: a task whose inputs are in hand and that ran shorter than
+    ``_SHORT_TASK`` is summed in ``run`` (the short path: no CPU reading, no call
+    but ``sizeof``); every other run in ``_succeeded`` (the full path, which
+    dependent tasks take whenever the worker can spill). Both add the run's parts,
+    named, to the totals that ``ThreadAccount.totals_for`` returns; they give the
+    same totals for the same clock readings (tests/engine/test_task_runner.py). A
+    failed run is a ``TaskTiming`` for ``ThreadAccount.add``: filling that record
+    for every run cost the full path 1,000 instructions a task (5%, counted by
+    valgrind), so it is kept to the rare path.
+
     The CPU clock is a system call, read only after a task that was not short, or
     once every ``_STALE_READING``. In between it is estimated as the wall clock plus
     ``cpu_offset``: the thread is taken to be on the CPU, except in a gap of at least
@@ -60,6 +111,10 @@ class TaskRunner:
     """
 
     __slots__ = (
+        "_cpu",
+        "_cpu_of",
+        "_epoch",
+        "_wall",
         "account",
         "cpu_offset",
         "digests",
@@ -70,13 +125,17 @@ class TaskRunner:
         "to_time",
     )
 
-    def __init__(self, account: ThreadAccount) -> None:
+    def __init__(self, account: ThreadAccount, clocks: Clocks = REAL_CLOCKS) -> None:
         self.account = account
+        self._wall = clocks.wall
+        self._cpu = clocks.thread_cpu
+        self._cpu_of = clocks.cpu_of
+        self._epoch = clocks.epoch
         self.thread = threading.get_ident()
         self.cpu_offset = 0.0  # the thread's CPU clock minus the wall clock (see above)
         self.read_by = 0.0  # when the CPU clock is to be read again, at the latest
-        self.to_time = 0.0  # time.time() - time.perf_counter(), kept up to date
-        self.mark_at = _wall()  # when the last task's code ended (wall clock)
+        self.to_time = 0.0  # epoch() - wall(), kept up to date
+        self.mark_at = self._wall()  # when the last task's code ended (wall clock)
         self._read_cpu(self.mark_at)
         self.frame = MeterFrame()
         # what context_meter recorded in the running task; emptied once accounted
@@ -89,9 +148,9 @@ class TaskRunner:
     def reread_cpu_clock(self) -> None:
         """After a time with metrics off, whose tasks kept no estimate: read the
         thread's CPU clock afresh (callable from any thread)."""
-        now = _wall()
+        now = self._wall()
         try:
-            cpu = time.clock_gettime(time.pthread_getcpuclockid(self.thread))
+            cpu = self._cpu_of(self.thread)
         except (AttributeError, OSError):  # no such clock here: read at the next task
             self.read_by = -1.0
             return
@@ -109,12 +168,13 @@ class TaskRunner:
         perhaps). The run's time goes into the account under ``group`` (span,
         prefix).
         """
-        t_got = _wall()
+        wall = self._wall  # one attribute load; a call through the slot costs more
+        t_got = wall()
         gap = t_got - self.mark_at
         if gap >= _SHORT_GAP:  # the thread waited: its CPU clock stood still
             self.cpu_offset -= gap
         if callable(data):
-            return self._run_in_full(key, spec, data, submitted, group, t_got)
+            return self._run_in_full(key, spec, data, submitted, group, t_got, wall)
         # The common case, kept short: the inputs in hand. The meter frame is zero
         # between tasks (the paths that meter reset it), and every meter also leaves
         # a digest.
@@ -122,12 +182,12 @@ class TaskRunner:
         try:
             if type(spec) is bytes:  # from another process: unpickling is not the task's
                 spec = load_task(key, spec)
-                t0 = _wall()
+                t0 = wall()
             value = _evaluate(spec.expr, data)
         except BaseException as exc:
             self._unpickled(t0 - t_got)
             return self._failed(key, exc, submitted, group, t_got, t0 - t_got)
-        w1 = self.mark_at = _wall()
+        w1 = self.mark_at = wall()
         took = w1 - t0
         if took < _SHORT_TASK and not self.digests:
             # A reading (a system call) costs more than a task this short, which had
@@ -136,30 +196,28 @@ class TaskRunner:
             if w1 > self.read_by:
                 self._read_cpu(w1)
             nbytes = sizeof(value)
-            t_end = _wall()
+            t_end = wall()
+            # The short path's accounting (noncpu is 0)
             account = self.account
             mark = account.mark
-            if submitted <= mark < t_got and group == account.last_group:
-                # ThreadAccount.add, inlined for a task of the same group as the one
-                # before, picked up after it (no idle in between): all that changes
-                # for a stream of tiny tasks, where a call would cost a third of it
+            if submitted <= mark and mark < t_got and group == account.last_group:
+                # a task of the same group as the one before, picked up after it (no
+                # idle in between): a stream of tiny tasks, where a call would cost a
+                # third of it
                 account.mark = t_end
                 totals = account.last_totals
-                totals.cpu += took
                 totals.executor += t_got - mark
-                totals.other += t_end - w1
-                totals.count += 1
-                totals.nbytes += nbytes
-                if t0 != t_got:
-                    totals.deserialize += t0 - t_got
             else:
-                account.add(
-                    group, submitted, t_got, t_end, took, 0.0, t_end - w1, t0 - t_got, nbytes
-                )
+                totals = account.totals_for(group, submitted, t_got, t_end)
+            totals.cpu += took
+            totals.other += t_end - w1
+            totals.count += 1
+            totals.nbytes += nbytes
             anchor = t_got + self.to_time
             if t0 == t_got:
                 startstops = [("compute", anchor, anchor + took)]
             else:
+                totals.deserialize += t0 - t_got
                 startstops = [
                     ("compute", anchor + (t0 - t_got), anchor + (w1 - t_got)),
                     ("deserialize", anchor, anchor + (t0 - t_got)),
@@ -171,7 +229,7 @@ class TaskRunner:
         deserialize = t0 - t_got
         if deserialize:
             self._unpickled(deserialize)
-        return self._succeeded(key, value, submitted, group, t_got, t0, t0, deserialize, w1)
+        return self._succeeded(key, value, submitted, group, t_got, t0, t0, deserialize, w1, wall)
 
     def _unpickled(self, seconds: float) -> None:
         """Unpickling the task took ``seconds``: CPU work, timed by the wall clock alone
@@ -182,14 +240,21 @@ class TaskRunner:
 
     def _read_cpu(self, now: float) -> float:
         """Read the thread's CPU clock (a system call) as of ``now`` (wall clock)."""
-        cpu = _cpu()
+        cpu = self._cpu()
         self.cpu_offset = cpu - now
         self.read_by = now + _STALE_READING
-        self.to_time = time.time() - _wall()
+        self.to_time = self._epoch() - self._wall()
         return cpu
 
     def _run_in_full(
-        self, key: Key, spec: Any, data: Any, submitted: float, group: tuple, t_got: float
+        self,
+        key: Key,
+        spec: Any,
+        data: Any,
+        submitted: float,
+        group: tuple,
+        t_got: float,
+        wall: Callable[[], float],
     ) -> ExecuteSucceeded | ExecuteFailed:
         frame = self.frame
         frame.inner_wall = frame.inner_cpu = 0.0
@@ -197,24 +262,24 @@ class TaskRunner:
         try:
             if type(spec) is bytes:
                 spec = load_task(key, spec)
-                t_loaded = _wall()
+                t_loaded = wall()
                 deserialize = t_loaded - t_got
                 self._unpickled(deserialize)
             else:
                 t_loaded = t_got
             if callable(data):  # inputs that may have to come back from disk
                 inputs = data()
-                t_inputs = _wall()
+                t_inputs = wall()
             else:
                 inputs = data
                 t_inputs = t_loaded
             inner_wall0 = frame.inner_wall  # metered before the task's own code
             value = _evaluate(spec.expr, inputs)
-            w1 = self.mark_at = _wall()
+            w1 = self.mark_at = wall()
         except BaseException as exc:
             return self._failed(key, exc, submitted, group, t_got, deserialize)
         return self._succeeded(
-            key, value, submitted, group, t_got, t_loaded, t_inputs, inner_wall0, w1
+            key, value, submitted, group, t_got, t_loaded, t_inputs, inner_wall0, w1, wall
         )
 
     def _task_cpu(self, t_got: float, w1: float, task_wall: float) -> float:
@@ -239,32 +304,41 @@ class TaskRunner:
         t_inputs: float,
         inner_wall0: float,
         w1: float,
+        wall: Callable[[], float],
     ) -> ExecuteSucceeded:
         """Account a run that returned ``value``: its task code ran from ``t_inputs``
         to ``w1``, after unpickling until ``t_loaded`` and reading inputs; meters had
-        taken ``inner_wall0`` seconds before the task code."""
+        taken ``inner_wall0`` seconds before the task code. ``wall``: the runner's
+        wall clock, in hand (cheaper than through ``self``)."""
         frame = self.frame
-        w0 = t_inputs
-        task_wall = (w1 - w0) - (frame.inner_wall - inner_wall0)
+        task_wall = (w1 - t_inputs) - (frame.inner_wall - inner_wall0)
         if task_wall < 0.0:
             task_wall = 0.0
-        thread_cpu = self._task_cpu(t_got, w1, task_wall)
+        # the CPU time of the task's own code: _task_cpu's, written out (a call fewer)
+        if w1 - t_got < _SHORT_TASK and w1 <= self.read_by:
+            cpu = task_wall
+        else:
+            c0 = t_got + self.cpu_offset  # the estimate as of the start
+            cpu = (self._read_cpu(w1) - c0) - frame.inner_cpu
+            if cpu > task_wall:
+                cpu = task_wall
+            elif not cpu > 0.0:
+                cpu = 0.0
         nbytes = sizeof(value)
-        t_end = _wall()
-        other = (t_end - t_got) - (w1 - w0) - inner_wall0
-        self.account.add(
-            group,
-            submitted,
-            t_got,
-            t_end,
-            thread_cpu,
-            task_wall - thread_cpu,
-            other if other > 0.0 else 0.0,
-            t_loaded - t_got,
-            nbytes,
-        )
+        t_end = wall()
+        other = (t_end - t_got) - (w1 - t_inputs) - inner_wall0
+        totals = self.account.totals_for(group, submitted, t_got, t_end)
+        totals.cpu += cpu
+        noncpu = task_wall - cpu
+        if noncpu:
+            totals.noncpu += noncpu
+        totals.other += other if other > 0.0 else 0.0
+        totals.count += 1
+        totals.nbytes += nbytes
+        if t_loaded != t_got:
+            totals.deserialize += t_loaded - t_got
         anchor = t_got + self.to_time  # the scheduler's kind of clock, for the task stream
-        startstops = [("compute", anchor + (w0 - t_got), anchor + (w1 - t_got))]
+        startstops = [("compute", anchor + (t_inputs - t_got), anchor + (w1 - t_got))]
         if t_loaded != t_got:
             startstops.append(("deserialize", anchor, anchor + (t_loaded - t_got)))
         digests = self.digests
@@ -291,26 +365,26 @@ class TaskRunner:
     ) -> ExecuteFailed:
         """Account a run that raised: its CPU time as for one that returned (the clock
         read at the failure); formatting the traceback after is other."""
-        w1 = self.mark_at = _wall()
+        w1 = self.mark_at = self._wall()
         task_wall = w1 - t_got - self.frame.inner_wall
         if task_wall < 0.0:
             task_wall = 0.0
-        thread_cpu = self._task_cpu(t_got, w1, task_wall)
+        cpu = self._task_cpu(t_got, w1, task_wall)
         tb = user_traceback(exc.__traceback__)
         text = "".join(tb_module.format_exception(type(exc), exc, tb))
         exc.__traceback__ = tb
-        stop = _wall()
-        self.account.add(
-            group,
-            submitted,
-            t_got,
-            stop,
-            thread_cpu,
-            task_wall - thread_cpu,
-            stop - w1,
-            deserialize,
-            0,
+        stop = self._wall()
+        timing = TaskTiming(
+            submitted=submitted,
+            start=t_got,
+            stop=stop,
+            cpu=cpu,
+            noncpu=task_wall - cpu,
+            other=stop - w1,
+            deserialize=deserialize,
+            nbytes=0,
         )
+        self.account.add(group, timing)
         if self.digests:
             self.account.add_extra(group, self.digests)
             self.digests.clear()

@@ -10,9 +10,9 @@ Until a browser has asked for the full state (``refresh``, sent by the front-end
 once it listens), every update is a full one: a view that loaded late, while the
 kernel was busy and could not answer it, still ends up complete.
 
-``Poller`` is the background thread that calls ``Publisher.tick``. The clock and
-the send function come in as parameters, so the tests drive a publisher without
-threads, sleeps or a kernel.
+``Poller`` is the background thread that calls ``Publisher.tick``. The clock, the
+poller's pause and the send function come in as parameters, so the tests drive a
+publisher without sleeps or a kernel.
 """
 
 from __future__ import annotations
@@ -150,11 +150,23 @@ def message_size(content: dict[str, Any], buffers: list[bytes]) -> int:
 
 class Poller:
     """A daemon thread calling ``publisher.tick()`` every ``interval`` seconds until
-    stopped, or until the source fails (its cluster closed)."""
+    stopped, or until the source fails (its cluster closed).
 
-    def __init__(self, publisher: Publisher, interval: float, name: str = "kernel-cluster-widget"):
+    ``pause(stop, seconds)`` is how it waits between ticks: until ``seconds`` have
+    passed or the event ``stop`` is set, returning whether it was set (None:
+    ``stop.wait``); tests pass one driven by their clock.
+    """
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        interval: float,
+        name: str = "kernel-cluster-widget",
+        pause: Callable[[threading.Event, float], bool] | None = None,
+    ):
         self.publisher = publisher
         self.interval = max(interval, MIN_INTERVAL)
+        self._pause = pause or threading.Event.wait
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -166,7 +178,7 @@ class Poller:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._pause(self._stop, self.interval):
             try:
                 self.publisher.tick()
             except (RuntimeError, TimeoutError) as exc:  # the engine closed under us

@@ -72,7 +72,9 @@ class _LiveWidget(anywidget.AnyWidget):
         **kwargs: Any,
     ):
         """``client``: a Client (or any DiagnosticsSource). ``interval``: seconds between
-        updates (at least 0.25). ``autostart=False`` sends nothing until ``update()``."""
+        updates (at least 0.25). ``autostart=False`` sends nothing until ``update()``.
+        ``clock`` (for tests): a function returning the time for the rate bound; the
+        updates also wait on its ``pause(stop, seconds)`` if it has one (``Poller``)."""
         bundle = bundle_path()
         options = self._feed_options(kwargs)
         super().__init__(_esm=_read(bundle), _css=_read(STYLES), _uid=uuid.uuid4().hex, **kwargs)
@@ -93,7 +95,12 @@ class _LiveWidget(anywidget.AnyWidget):
         self._closed = False
         if autostart:
             self.publisher.tick(force=True)
-            self._poller = Poller(self.publisher, interval, name=f"kernel-cluster-{self.kind}")
+            self._poller = Poller(
+                self.publisher,
+                interval,
+                name=f"kernel-cluster-{self.kind}",
+                pause=getattr(clock, "pause", None),
+            )
             self._poller.start()
 
     def _feed_options(self, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:

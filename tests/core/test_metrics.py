@@ -11,6 +11,7 @@ from kernel_cluster.core.metrics import (
     ContextMeter,
     MeterFrame,
     MetricsLedger,
+    TaskTiming,
     ThreadTimeline,
     add_metrics,
     check_metric,
@@ -117,7 +118,7 @@ def taken(tl: ThreadTimeline) -> dict:
 
 def ran(tl: ThreadTimeline, thread: int, submitted: float, start: float, stop: float) -> None:
     """A task of group G that did nothing but compute (all CPU)."""
-    tl.accounts[thread].add(G, submitted, start, stop, stop - start, 0.0, 0.0, 0.0, 8)
+    tl.accounts[thread].add(G, TaskTiming(submitted, start, stop, cpu=stop - start, nbytes=8))
 
 
 def executor_and_idle(tl: ThreadTimeline) -> tuple[float, float]:
@@ -178,7 +179,7 @@ def test_thread_account_is_taken_once_and_keeps_integers():
     tl = ThreadTimeline(busy=True)
     tl.add_threads([1], now=0.0)
     account = tl.accounts[1]
-    account.add(G, 0.0, 0.0, 1.0, 0.75, 0.25, 0.0, 0.0, 100)
+    account.add(G, TaskTiming(0.0, 0.0, 1.0, cpu=0.75, noncpu=0.25, nbytes=100))
     account.add_extra(G, [("I/O", 0.5, "seconds"), ("rows", 3, "count")])
     first = taken(tl)
     assert first == {
@@ -190,7 +191,7 @@ def test_thread_account_is_taken_once_and_keeps_integers():
         ("execute", *G, "rows", "count"): 3,
     }
     assert taken(tl) == {}  # nothing new: nothing twice
-    account.add(G, 0.0, 1.0, 2.0, 1.0, 0.0, 0.0, 0.0, 20)
+    account.add(G, TaskTiming(0.0, 1.0, 2.0, cpu=1.0, nbytes=20))
     account.add_extra(G, [("rows", 2, "count")])
     second = taken(tl)
     assert second[("execute", *G, "tasks", "count")] == 1
@@ -212,10 +213,11 @@ def test_thread_account_read_mid_update_delays_and_never_doubles():
         for key, value in taken(tl).items():
             total[key] = total.get(key, 0) + value
 
-    account.add(G, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 10)
+    account.add(G, TaskTiming(0.0, 0.0, 1.0, cpu=1.0, nbytes=10))
     account.add_extra(G, [("I/O", 0.5, "seconds")])
     look()
-    account.add(G, 2.0, 3.0, 4.0, 0.5, 0.5, 0.0, 0.0, 30)  # idle 1..2, executor 2..3
+    # idle 1..2, executor 2..3
+    account.add(G, TaskTiming(2.0, 3.0, 4.0, cpu=0.5, noncpu=0.5, nbytes=30))
     look()  # caught after the second task's sums, before its metered seconds
     account.add_extra(G, [("I/O", 0.25, "seconds")])
     look()
@@ -269,11 +271,11 @@ def test_thread_account_forgets_groups_that_stopped_changing_and_loses_nothing()
     t = 0.0
     for i in range(2_000):
         group = (f"span-{i}", "inc")
-        account.add(group, t, t, t + 1.0, 0.5, 0.5, 0.0, 0.0, 8)
+        account.add(group, TaskTiming(t, t, t + 1.0, cpu=0.5, noncpu=0.5, nbytes=8))
         account.add_extra(group, [("rows", 1, "count")])
         if i % 3 == 0:  # the same group again, after the loop has looked
             look()
-            account.add(group, t + 1.0, t + 1.0, t + 2.0, 1.0, 0.0, 0.0, 0.0, 8)
+            account.add(group, TaskTiming(t + 1.0, t + 1.0, t + 2.0, cpu=1.0, nbytes=8))
         t += 2.0
         if i % 7 == 0:
             look()
@@ -289,7 +291,7 @@ def test_thread_account_forgets_groups_that_stopped_changing_and_loses_nothing()
     assert all(v > 0 for v in total.values())
     # a group that comes back after it was let go starts afresh, and counts once
     back = ("span-0", "inc")
-    account.add(back, t, t, t + 1.0, 0.25, 0.0, 0.0, 0.0, 1)
+    account.add(back, TaskTiming(t, t, t + 1.0, cpu=0.25, nbytes=1))
     assert taken(tl)[("execute", *back, "tasks", "count")] == 1
     # the runner's inline path adds to the last group: never one that was let go
     assert account.last_group in account.sums

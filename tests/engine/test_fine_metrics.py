@@ -224,63 +224,6 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
     assert min(total.values()) >= 0
 
 
-@pytest.mark.parametrize("gaps_on_cpu", [True, False])
-def test_a_task_after_a_long_stream_of_tiny_tasks_keeps_its_cpu_split(monkeypatch, gaps_on_cpu):
-    """Tiny tasks skip the CPU clock, and the runner takes the short gaps between them
-    for CPU: whatever that gets wrong must not pile up onto the next task that reads
-    the clock. After 10,000 tiny tasks, a 20 ms sleep must come out as waiting when
-    the gaps were spent on the CPU, and 20 ms of CPU work as CPU when the gaps were
-    spent waiting (for the GIL, say).
-
-    The runner's clocks are simulated: a wall-clock reading takes 1 us of CPU, a
-    tiny task 2 us, the gap before the next task 10 us.
-    """
-    import threading
-
-    from kernel_cluster.core.metrics import ThreadTimeline
-    from kernel_cluster.core.spec import Call, TaskSpec
-    from kernel_cluster.engine import execute
-
-    clock = {"wall": 0.0, "cpu": 0.0}
-
-    def run_for(seconds: float, on_cpu: bool = True) -> None:
-        clock["wall"] += seconds
-        if on_cpu:
-            clock["cpu"] += seconds
-
-    def wall() -> float:
-        run_for(1e-6)
-        return clock["wall"]
-
-    monkeypatch.setattr(execute, "_wall", wall)
-    monkeypatch.setattr(execute, "_cpu", lambda: clock["cpu"])
-
-    def tiny(x):
-        run_for(2e-6)
-        return x
-
-    def last(x):
-        run_for(0.02, on_cpu=not gaps_on_cpu)
-        return x
-
-    timeline = ThreadTimeline(busy=True)
-    timeline.add_threads([threading.get_ident()], 0.0)
-    runner = execute.TaskRunner(timeline.accounts[threading.get_ident()])
-    spec = TaskSpec(Call(tiny, (1,)), frozenset())
-    for i in range(10_000):  # 150 ms, of which 100 ms between the tasks
-        runner.run(f"tiny-{i}", spec, {}, 0.0, (None, "tiny"))
-        run_for(10e-6, on_cpu=gaps_on_cpu)
-    runner.run("last-0", TaskSpec(Call(last, (0,)), frozenset()), {}, 0.0, (None, "last"))
-    total: dict = {}
-    timeline.take(lambda key, value: total.__setitem__(key, total.get(key, 0) + value))
-    cpu = total.get(("execute", None, "last", "thread-cpu", "seconds"), 0.0)
-    noncpu = total.get(("execute", None, "last", "thread-noncpu", "seconds"), 0.0)
-    share = cpu / (cpu + noncpu)
-    assert share > 0.5 if not gaps_on_cpu else share < 0.1, (cpu, noncpu)
-    tiny_cpu = total[("execute", None, "tiny", "thread-cpu", "seconds")]
-    assert tiny_cpu == pytest.approx(10_000 * 3e-6, rel=0.01)  # its own code and a reading
-
-
 def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
     eclient.gather(eclient.map(python_loop, [1_500_000] * 4, pure=False))
     loop = execute(eclient, "python_loop")

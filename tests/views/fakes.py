@@ -8,6 +8,7 @@ StreamSource as the conformance suite's known workload would fill an engine.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -193,11 +194,52 @@ class FakeSource:
 
 
 class Clock:
+    """Time that the test moves: ``clock.t += 1`` for a publisher's rate bound, and
+    ``advance`` for a ``Poller`` that waits on it (``pause``), so that a test shows
+    that nothing happens over some seconds without sleeping through them."""
+
     def __init__(self, t: float = 100.0) -> None:
         self.t = t
+        self._cond = threading.Condition()
+        self._until: list[float] = []  # when each paused thread's pause ends
+        self.pauses = 0  # pauses begun, ever
 
     def __call__(self) -> float:
         return self.t
+
+    @property
+    def pausing(self) -> int:
+        """How many threads wait on this clock now."""
+        return len(self._until)
+
+    def pause(self, stop: threading.Event, seconds: float) -> bool:
+        """A Poller's wait: until ``advance`` has moved the clock ``seconds`` on, or
+        ``stop`` is set (which notifies nobody here: checked every 10 ms)."""
+        with self._cond:
+            until = self.t + seconds
+            self._until.append(until)
+            self.pauses += 1
+            self._cond.notify_all()
+            try:
+                while self.t < until and not stop.is_set():
+                    self._cond.wait(0.01)
+            finally:
+                self._until.remove(until)
+                self._cond.notify_all()
+            return stop.is_set()
+
+    def advance(self, seconds: float, settle: bool = True, timeout: float = 10.0) -> None:
+        """Move the clock on. ``settle``: return once every thread whose pause that
+        ended has paused again (it ticked meanwhile), so the test sees what the ticks
+        did; a thread that stops instead would keep it waiting until ``timeout``."""
+        with self._cond:
+            self.t += seconds
+            woken = sum(1 for until in self._until if until <= self.t)
+            expected = self.pauses + woken
+            self._cond.notify_all()
+            if settle:
+                done = self._cond.wait_for(lambda: self.pauses >= expected, timeout)
+                assert done, f"{woken} paused threads did not come back within {timeout} s"
 
 
 def record(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from kernel_cluster.diagnostics.feeds import MetricsReader, RecordsReader
@@ -11,6 +9,7 @@ from kernel_cluster.diagnostics.profile_feed import ProfileReader
 from kernel_cluster.diagnostics.stream_feed import TaskStreamReader
 from kernel_cluster.jupyter.live import MIN_INTERVAL, Poller, Publisher
 
+from ..engine.helpers import wait_for
 from .fakes import Clock, FakeSource, span_info
 
 CPU = ("execute", "s1", "inc", "thread-cpu", "seconds")
@@ -109,31 +108,43 @@ def test_unknown_feed_is_refused():
         Publisher(FakeSource(), ("metrics", "gpu"), lambda c, b: None)
 
 
-def wait_until(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def test_poller_sends_changes_and_stops():
-    source, browser = FakeSource(), Browser()
-    pub = Publisher(source, ("metrics",), browser, min_interval=0.25)
-    poller = Poller(pub, 0.25)
+    source, browser, clock = FakeSource(), Browser(), Clock()
+    pub = Publisher(source, ("metrics",), browser, min_interval=0.25, clock=clock)
+    poller = Poller(pub, 0.25, pause=clock.pause)
     poller.start()
     source.metrics[CPU] = 5.0
-    wait_until(lambda: browser.metrics.as_dict() == {CPU: 5.0})
+    wait_for(lambda: clock.pausing == 1, what="the poller's first pause")
+    clock.advance(0.25)  # returns once the poller has ticked and paused again
+    assert browser.metrics.as_dict() == {CPU: 5.0}
     poller.stop()
     assert not poller.running
     reads = source.reads
     source.metrics[CPU] = 6.0
-    time.sleep(0.6)
+    clock.advance(10.0)  # forty intervals: a poller still running would have read
+    assert clock.pausing == 0
     assert source.reads == reads
 
 
+def test_poller_waits_its_interval_between_ticks():
+    source, clock = FakeSource(), Clock()
+    pub = Publisher(source, ("metrics",), lambda c, b: None, min_interval=0.25, clock=clock)
+    poller = Poller(pub, 0.5, pause=clock.pause)
+    poller.start()
+    wait_for(lambda: clock.pausing == 1, what="the poller's first pause")
+    reads = source.reads
+    clock.advance(0.4)  # not yet
+    assert source.reads == reads
+    clock.advance(0.1)
+    assert source.reads == reads + 1
+    poller.stop()
+    assert not poller.running
+
+
 def test_poller_stops_by_itself_when_the_engine_closes():
+    """On the real clock (the default pause): a poller whose source closed stops."""
     source = FakeSource()
     poller = Poller(Publisher(source, ("metrics",), lambda c, b: None), 0.25)
     poller.start()
     source.closed = True
-    wait_until(lambda: not poller.running)
+    wait_for(lambda: not poller.running, what="the poller to stop")

@@ -14,6 +14,7 @@ import bqplot
 from kernel_cluster.jupyter import memory as memory_module
 from kernel_cluster.jupyter.memory import MemoryChart, MemorySampler
 
+from ..engine.helpers import wait_for
 from .fakes import Clock, StreamSource
 
 
@@ -29,12 +30,8 @@ def test_live_chart_follows_the_samples_at_a_bounded_rate(monkeypatch):
     ms = MemorySampler(live=True)
     with ms.sample("run 1", client=client, interval=0.01):
         client.diagnostics.mem["process"] = 2**20 * 300
-        for _ in range(50):  # the sampling thread takes a sample every 10 ms
-            if len(ms.samples["run 1"]) >= 5:
-                break
-            import time
-
-            time.sleep(0.01)
+        # the sampling thread takes a sample every 10 ms
+        wait_for(lambda: len(ms.samples["run 1"]) >= 5, what="five memory samples")
     (figure,) = shown
     assert isinstance(figure, bqplot.Figure) and figure is ms.chart.figure
     (line,) = figure.marks

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 pytest.importorskip("anywidget")
@@ -12,6 +10,7 @@ from kernel_cluster.core.profile import add_stack, describe, new_tree, validate
 from kernel_cluster.diagnostics.profile_feed import flatten, unflatten
 from kernel_cluster.jupyter.widgets import ProfileFlameGraph, TaskStream
 
+from ..engine.helpers import wait_for
 from .fakes import Clock, StreamSource
 from .test_live import Browser
 
@@ -79,14 +78,20 @@ def test_task_stream_keeps_max_tasks():
 
 
 def test_task_stream_close_stops_updates():
-    source = StreamSource()
-    w = TaskStream(source, interval=0.25)
+    source, clock = StreamSource(), Clock()
+    w = TaskStream(source, interval=0.25, clock=clock)
     assert w.updating
+    wait_for(lambda: clock.pausing == 1, what="the first pause of the updates")
+    source.add("inc-1")
+    reads = source.reads
+    clock.advance(0.25)  # returns once the updates have read and paused again
+    assert source.reads > reads
     w.close()
     assert not w.updating
     reads = source.reads
     source.add("late-1")
-    time.sleep(0.4)
+    clock.advance(10.0)  # forty intervals: updates still running would have read
+    assert clock.pausing == 0
     assert source.reads == reads
 
 

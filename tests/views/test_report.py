@@ -13,6 +13,7 @@ from kernel_cluster import performance_report, span
 from kernel_cluster.diagnostics import report as report_module
 from kernel_cluster.diagnostics.feeds import MetricsReader, RecordsReader
 
+from ..engine.helpers import wait_for
 from .fakes import FakeSource, span_info
 
 
@@ -115,11 +116,11 @@ def report_sections(html: str):
 
 def test_report_holds_task_stream_profile_memory_and_transfers(client, tmp_path):
     out = tmp_path / "report.html"
-    with performance_report(filename=out, client=client, memory_interval=0.02):
+    with performance_report(filename=out, client=client, memory_interval=0.02) as rep:
         parts = client.map(crunch_numbers, range(8))
         total = client.submit(sum, parts)  # gathers results from both workers
         total.result()
-        time.sleep(0.1)
+        wait_for(lambda: len(rep._memory) >= 3, what="three memory samples")
     sections, tasks, trees = report_sections(out.read_text())
     assert len(tasks.keys) == 9
     assert {t["prefix"] for t in tasks.tasks} == {"crunch_numbers", "sum"}

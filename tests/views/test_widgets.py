@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import traitlets
 
@@ -12,8 +10,9 @@ pytest.importorskip("anywidget")
 from kernel_cluster.jupyter import widgets
 from kernel_cluster.jupyter.widgets import Dashboard, FineMetrics, Progress, SpanTree
 
+from ..engine.helpers import wait_for
 from .fakes import Clock, FakeSource, span_info
-from .test_live import Browser, wait_until
+from .test_live import Browser
 
 CPU = ("execute", "s1", "inc", "thread-cpu", "seconds")
 
@@ -70,14 +69,19 @@ def test_browser_messages_are_validated():
 
 
 def test_close_stops_updates():
-    source = FakeSource()
-    w = SpanTree(source, interval=0.25)
+    source, clock = FakeSource(), Clock()
+    w = SpanTree(source, interval=0.25, clock=clock)
     assert w.updating
+    wait_for(lambda: clock.pausing == 1, what="the first pause of the updates")
+    reads = source.reads
+    clock.advance(0.25)  # returns once the updates have read and paused again
+    assert source.reads == reads + 1
     w.close()
     assert not w.updating
     reads = source.reads
     source.span_list.append(span_info("s9", ("late",)))
-    time.sleep(0.6)
+    clock.advance(10.0)  # forty intervals: updates still running would have read
+    assert clock.pausing == 0
     assert source.reads == reads
 
 
@@ -121,7 +125,7 @@ def test_client_dashboard_shows_a_real_workload(client):
         with span("work"):
             futures = client.map(inc, range(20))
             assert sum(client.gather(futures)) == 210
-        wait_until(
+        wait_for(
             lambda: (
                 any(k[2] == "inc" and k[3] == "thread-cpu" for k in browser.metrics.as_dict())
                 and browser.progress.records.get("inc", {}).get("memory") == 20
