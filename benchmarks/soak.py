@@ -2,7 +2,11 @@
 
 Not part of ``make test``: it takes minutes. Two phases, one report:
 
-1. **Chaos.** A graph of about 50,000 tasks on worker processes with a small memory
+1. **Memory over many tasks** (run first, on a kernel that has held nothing yet).
+   ``--million`` trivial tasks in batches on fresh worker processes (and embedded,
+   unless ``--processes-only``): the kernel's RSS and each worker's, every 10 % of
+   the way, to show whether anything grows with the number of tasks run.
+2. **Chaos.** A graph of about 50,000 tasks on worker processes with a small memory
    limit: numpy leaves, pairwise sums (transfers between workers), a tree reduction,
    a checksum per leaf, and half of the pair sums kept until the end (so workers
    spill to disk). A thread SIGKILLs a random worker every ``--kill-every`` seconds,
@@ -10,10 +14,6 @@ Not part of ``make test``: it takes minutes. Two phases, one report:
    exact; the scheduler's metric totals never decrease (sampled while it runs); the
    span ends with every task done; after ``close()`` no worker process, engine
    thread or ``kernel-cluster-*`` directory is left.
-2. **Memory over many tasks.** ``--million`` trivial tasks in batches on fresh worker
-   processes (and embedded, unless ``--processes-only``): the kernel's RSS and each
-   worker's, every 10 % of the way, to show whether anything grows with the number
-   of tasks run.
 
     .venv/bin/python benchmarks/soak.py                 # about 5 minutes
     .venv/bin/python benchmarks/soak.py --quick         # a smaller graph, 100,000 tasks
@@ -348,12 +348,15 @@ def main() -> None:
         },
         "args": vars(args),
     }
-    report["chaos"] = chaos(args)
-    print(json.dumps(report["chaos"], indent=1))
+    # many tasks first, while the kernel's memory is its own: the chaos phase gathers
+    # a gigabyte of arrays, whose pages the process keeps
     report["many_tasks"] = []
     for processes in [True] if args.processes_only else [True, False]:
-        print(f"{args.million:,} tasks, {'processes' if processes else 'embedded'}:")
-        report["many_tasks"].append(many_tasks(args.million, processes))
+        if args.million:
+            print(f"{args.million:,} tasks, {'processes' if processes else 'embedded'}:")
+            report["many_tasks"].append(many_tasks(args.million, processes))
+    report["chaos"] = chaos(args)
+    print(json.dumps(report["chaos"], indent=1))
     path = os.path.join(HERE, "results", "soak.json")
     with open(path, "w") as f:
         json.dump(report, f, indent=1)
