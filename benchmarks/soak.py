@@ -1,4 +1,4 @@
-"""Soak: worker processes killed with SIGKILL every few seconds, then a million tasks.
+"""Soak: a million tasks, then worker processes killed with SIGKILL every few seconds.
 
 Not part of ``make test``: it takes minutes. Two phases, one report:
 
@@ -15,7 +15,7 @@ Not part of ``make test``: it takes minutes. Two phases, one report:
    span ends with every task done; after ``close()`` no worker process, engine
    thread or ``kernel-cluster-*`` directory is left.
 
-    .venv/bin/python benchmarks/soak.py                 # about 5 minutes
+    .venv/bin/python benchmarks/soak.py                 # about 10 minutes
     .venv/bin/python benchmarks/soak.py --quick         # a smaller graph, 100,000 tasks
 
 Results go to ``benchmarks/results/soak.json``.
