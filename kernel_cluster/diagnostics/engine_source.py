@@ -10,6 +10,12 @@ class EngineSource:
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
 
+    @property
+    def kind(self) -> str:
+        """How the cluster runs: ``"embedded"`` (worker threads in this process) or
+        ``"processes"`` (worker processes); views show it."""
+        return "processes" if self.cluster.processes else "embedded"
+
     def fine_metrics(self, refresh: bool = True) -> dict[tuple, float]:
         loop = self.cluster.loop_thread
         scheduler = self.cluster.scheduler

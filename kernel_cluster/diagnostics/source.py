@@ -8,7 +8,11 @@ data, never a live engine object.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Protocol
+
+logger = logging.getLogger(__name__)
 
 
 class DiagnosticsSource(Protocol):
@@ -63,12 +67,33 @@ class DiagnosticsSource(Protocol):
 
 
 _default_source: DiagnosticsSource | None = None
+_watchers: list[Callable[[DiagnosticsSource | None], None]] = []
 
 
 def set_default_source(source: DiagnosticsSource | None) -> None:
     """The source views use when given no client (the most recent Client sets itself)."""
     global _default_source
     _default_source = source
+    for watcher in list(_watchers):
+        try:
+            watcher(source)
+        except Exception:  # a view's failure must not break Client() or close()
+            logger.exception("A default-source watcher failed")
+
+
+def watch_default_source(
+    watcher: Callable[[DiagnosticsSource | None], None],
+) -> Callable[[], None]:
+    """Call ``watcher(source)`` whenever the default source changes (a Client starts or
+    closes), so that a view made before any cluster existed can follow one; returns
+    the function that stops watching."""
+    _watchers.append(watcher)
+
+    def unwatch() -> None:
+        if watcher in _watchers:
+            _watchers.remove(watcher)
+
+    return unwatch
 
 
 def default_source() -> DiagnosticsSource:
