@@ -64,6 +64,9 @@ export class ClusterConnection {
   private wants = new Map<string, Feed[]>();
   private subscribed = '';
   private askedRefresh = false;
+  private waitingForNewKernel = false;
+  /** This kernel process was asked once already (it closes the comm without kernel_cluster). */
+  private asked = false;
   private profile: Record<string, unknown> = { prefix: '', start: null, stop: null };
   private profileListeners = new Set<() => void>();
   private readonly _changed = new Signal<this, void>(this);
@@ -113,6 +116,7 @@ export class ClusterConnection {
       return;
     }
     kernel.registerCommTarget(TARGET, this.accept);
+    this.asked = false;
     this.setState('connecting');
     this.open();
   }
@@ -127,12 +131,14 @@ export class ClusterConnection {
     if (status === 'restarting' || status === 'autorestarting') {
       this.restarted = true;
       this.reset();
+      this.waitingForNewKernel = true; // late statuses of the old process may still come
       this.setState('restarting');
     } else if (status === 'dead') {
       this.reset();
       this.setState('dead');
-    } else if ((status === 'idle' || status === 'busy') && (this.state === 'restarting' || this.state === 'dead')) {
-      this.setState('connecting');
+    } else if (this.waitingForNewKernel && (status === 'starting' || status === 'idle' || status === 'busy')) {
+      this.newKernel();
+    } else if (status === 'idle' && !this.waitingForNewKernel && !this.comm && !this.asked && this.state !== 'live') {
       this.open();
     }
   }
@@ -140,6 +146,16 @@ export class ClusterConnection {
   private onConnection(_: ISessionContext, status: Kernel.ConnectionStatus): void {
     this.note(`connection ${status}`);
     if (status === 'connected' && !this.comm && this.state === 'connecting') this.open();
+  }
+
+  /** The kernel is back from a restart. Its new process has not imported
+   * kernel_cluster: it opens the comm itself when it does. (Asking now could reach
+   * the old process, whose last messages may still be arriving.) */
+  private newKernel(): void {
+    this.waitingForNewKernel = false;
+    this.asked = true;
+    this.dropComm();
+    this.setState('no-package');
   }
 
   /** Forget what this kernel sent: its cluster is gone. */
@@ -169,6 +185,7 @@ export class ClusterConnection {
     const kernel = this.kernel;
     if (!kernel || this.comm || kernel.connectionStatus !== 'connected') return;
     this.note('opening a comm');
+    this.asked = true;
     const comm = kernel.createComm(TARGET);
     this.wire(comm);
     comm.open({ protocol: PROTOCOL });

@@ -229,3 +229,15 @@ def test_status_is_sent_only_when_it_changed(hub):
     before = len(comm.messages("status"))
     hub.send_status(channel)
     assert len(comm.messages("status")) == before
+
+
+def test_the_extension_and_the_python_package_agree_on_the_version():
+    import json
+    import pathlib
+
+    import kernel_cluster
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for package in ("labextension/package.json", "widgets/package.json"):
+        version = json.loads((root / package).read_text())["version"]
+        assert version == kernel_cluster.__version__, package
