@@ -12,8 +12,14 @@ BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 # and Debian's Chromium for the browser tests.
 NPM_STAMP := node_modules/.installed-stamp
 STATIC := kernel_cluster/jupyter/static
-BUNDLES := $(STATIC)/widget.js $(STATIC)/report.js $(STATIC)/widget.css
-WIDGET_SOURCES := $(wildcard widgets/src/*) widgets/build.mjs widgets/package.json
+LABEXT := kernel_cluster/labextension
+BUNDLES := $(STATIC)/widget.js $(STATIC)/report.js $(STATIC)/widget.css $(LABEXT)/package.json
+WIDGET_SOURCES := $(wildcard widgets/src/*) widgets/build.mjs widgets/package.json \
+	$(wildcard labextension/src/*) $(wildcard labextension/style/*) $(wildcard labextension/schema/*) \
+	labextension/build.mjs labextension/package.json
+# the venv's JupyterLab loads the extension from the checkout (as `pip install` would
+# from the wheel's share/jupyter/labextensions/)
+LABEXT_LINK := $(VENV)/share/jupyter/labextensions/@kernel-cluster/lab
 CHROMIUM := /usr/bin/chromium
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
@@ -23,25 +29,31 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	mkdir -p $(LABEXT)  # the wheel's shared-data wants it; the bundles fill it
 	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e ".[test]"
+	rm -rf $(LABEXT_LINK)  # the editable install copied it: link the build instead
+	mkdir -p $(dir $(LABEXT_LINK))
+	ln -s $(CURDIR)/$(LABEXT) $(LABEXT_LINK)
 	touch $(STAMP)
 
 venv: $(STAMP) bundles
 
-$(NPM_STAMP): package.json package-lock.json widgets/package.json ui-tests/package.json
+$(NPM_STAMP): package.json package-lock.json widgets/package.json labextension/package.json ui-tests/package.json
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
 	touch $(NPM_STAMP)
 
-$(BUNDLES) &: $(NPM_STAMP) $(WIDGET_SOURCES)
-	npm run build
+# the extension's build asks the venv's jupyterlab for JupyterLab's core packages
+$(BUNDLES) &: $(NPM_STAMP) $(WIDGET_SOURCES) $(STAMP)
+	KC_PYTHON=$(CURDIR)/$(PY) npm run build
 
 bundles: $(BUNDLES)
 
 chromium:
 	@test -x $(CHROMIUM) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
-# vitest (renderers against a mock model) and the TypeScript type check
-test-js: $(NPM_STAMP)
+# vitest (renderers against a mock model) and the TypeScript type check (the
+# extension's needs the renderer library's declarations, made with the bundles)
+test-js: $(NPM_STAMP) bundles
 	npm run typecheck
 	npm test
 
@@ -77,4 +89,4 @@ bench-processes: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/processes.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) node_modules $(STATIC)
+	rm -rf $(VENV) $(BENCH_VENV) node_modules $(STATIC) $(LABEXT) widgets/lib labextension/lib

@@ -10,6 +10,8 @@ from .engine.config import WorkerConfig
 from .engine.meter import context_meter
 from .engine.plugins import SchedulerPlugin
 from .futures import CancelledError, Future, as_completed, wait
+from .jupyter.lab import register as _register_lab
+from .jupyter.lab import show
 from .jupyter.memory import MemorySampler
 from .jupyter.notebook import progress
 
@@ -21,6 +23,16 @@ def load_ipython_extension(ip) -> None:
     from .jupyter.magics import register
 
     register(ip)
+    _register_lab()
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the prebuilt JupyterLab extension lies (for ``jupyter labextension develop``)."""
+    return [{"src": "labextension", "dest": "@kernel-cluster/lab"}]
+
+
+# in a Jupyter kernel: the JupyterLab panels' comm target (elsewhere: nothing)
+_register_lab()
 
 
 __all__ = [
@@ -40,6 +52,7 @@ __all__ = [
     "get_client",
     "performance_report",
     "progress",
+    "show",
     "span",
     "wait",
 ]

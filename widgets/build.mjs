@@ -2,6 +2,8 @@
 //   widget.js   ES module for anywidget (export default { initialize, render })
 //   report.js   a classic script for the self-contained performance report
 //   widget.css  the styles both use
+// and, for the JupyterLab extension (labextension/), lib/index.js: the library as
+// one ES module (its types come from `tsc -p tsconfig.lib.json`).
 // The output is deterministic, so a rebuild with the same lockfile changes nothing.
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync } from 'node:fs';
@@ -22,3 +24,4 @@ const common = {
 await build({ ...common, entryPoints: [join(here, 'src', 'widget.ts')], format: 'esm', outfile: join(out, 'widget.js') });
 await build({ ...common, entryPoints: [join(here, 'src', 'report.ts')], format: 'iife', outfile: join(out, 'report.js') });
 copyFileSync(join(here, 'src', 'styles.css'), join(out, 'widget.css'));
+await build({ ...common, minify: false, entryPoints: [join(here, 'src', 'index.ts')], format: 'esm', outfile: join(here, 'lib', 'index.js') });

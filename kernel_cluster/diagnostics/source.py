@@ -25,6 +25,8 @@ Where a fine metric travels, from measured to drawn:
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from .snapshots import (
@@ -38,6 +40,8 @@ from .snapshots import (
     TaskStreamRecord,
     TransferLogs,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -159,12 +163,33 @@ class HasDiagnostics(Protocol):
 Diagnosable = DiagnosticsSource | HasDiagnostics
 
 _default_source: DiagnosticsSource | None = None
+_watchers: list[Callable[[DiagnosticsSource | None], None]] = []
 
 
 def set_default_source(source: DiagnosticsSource | None) -> None:
     """The source views use when given no client (the most recent Client sets itself)."""
     global _default_source
     _default_source = source
+    for watcher in list(_watchers):
+        try:
+            watcher(source)
+        except Exception:  # a view's failure must not break Client() or close()
+            logger.exception("A default-source watcher failed")
+
+
+def watch_default_source(
+    watcher: Callable[[DiagnosticsSource | None], None],
+) -> Callable[[], None]:
+    """Call ``watcher(source)`` whenever the default source changes (a Client starts or
+    closes), so that a view made before any cluster existed can follow one; returns
+    the function that stops watching."""
+    _watchers.append(watcher)
+
+    def unwatch() -> None:
+        if watcher in _watchers:
+            _watchers.remove(watcher)
+
+    return unwatch
 
 
 def default_source() -> DiagnosticsSource:

@@ -1,0 +1,418 @@
+"""The kernel's side of the JupyterLab panels: one comm per browser, fed by the
+same feeds as the inline widgets.
+
+JupyterLab's extension (``labextension/``) keeps one connection per notebook
+kernel, shared by the sidebar and every panel of that notebook. Either side may
+open it, on the comm target ``kernel-cluster-lab``:
+
+- the browser opens it when it meets a kernel (a notebook opened, a page
+  reloaded, a kernel restarted); a kernel that has not imported kernel_cluster
+  closes it, and the panels say how to start a cluster;
+- the kernel opens it (``announce``) when kernel_cluster is imported and when a
+  Client starts with no browser listening, so that panels opened before the
+  cluster existed connect on their own.
+
+Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
+
+- ``{"type": "hello", "protocol": 1}`` once a channel is open;
+- ``{"type": "status", "cluster": {...} | None, "memory": [...] | None}``: the
+  sidebar's summary (``cluster_summary``), at most once a second when it changed;
+- ``{"type": "memory", "samples": [[time, process, managed, unmanaged, spilled]]}``:
+  the memory history kept here, all of it (after a reload or a new cluster);
+- ``{"type": "update", "parts": [...]}``: the feeds' deltas (``live.Publisher``);
+- ``{"type": "show", "kind": ..., "mode": ...}``: open a panel (``show()``).
+
+Browser -> kernel, validated here (anything else is logged and dropped):
+
+- ``{"type": "refresh"}``: send everything again (a new page, or a lost delta);
+- ``{"type": "subscribe", "feeds": [...]}``: the optional feeds the open panels
+  need (``tasks``, ``profile``); metrics, spans and progress always flow, so the
+  fine metrics, span tree and progress panels fill at once even while a cell runs
+  (the kernel reads browser messages only between cells; it sends from a thread);
+- ``{"type": "profile", "prefix": str, "start": float | None, "stop": float | None}``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+from ..diagnostics.source import DiagnosticsSource, default_source, watch_default_source
+from .live import Publisher, message_size
+from .notebook import in_notebook
+
+logger = logging.getLogger(__name__)
+
+TARGET = "kernel-cluster-lab"
+PROTOCOL = 1
+VIEWS = ("fine-metrics", "span-tree", "profile", "task-stream", "memory", "progress")
+MODES = ("split-right", "split-left", "split-top", "split-bottom", "tab-after", "tab-before")
+BASE_FEEDS = ("metrics", "spans", "progress")
+OPTIONAL_FEEDS = ("tasks", "profile")
+INTERVAL = 0.5  # seconds between two looks at the cluster
+STATUS_INTERVAL = 1.0  # seconds between two status messages (and memory samples)
+MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
+CURRENT_SPANS = 8  # how many running spans the sidebar lists
+
+
+def cluster_summary(source: DiagnosticsSource) -> dict[str, Any]:
+    """What the sidebar shows of a cluster, read through its DiagnosticsSource."""
+    info = source.info()
+    workers = info.workers
+    now: collections.Counter[str] = collections.Counter()  # tasks the scheduler holds
+    for states in source.progress().values():
+        now.update(states)
+    spans = source.spans(refresh=False)
+    ever: collections.Counter[str] = collections.Counter()  # root spans count forgotten ones too
+    for s in spans:
+        if s.parent is None:
+            ever.update(s.states)
+    running = [s for s in spans if not s.done and s.id != "default-folded"]
+    running.sort(key=lambda s: s.start or s.enqueued or 0.0)
+    return {
+        "kind": source.kind,
+        "workers": len(workers),
+        "threads": info.total_nthreads,
+        "memory_limit": sum(w.memory_limit_bytes or 0 for w in workers.values()),
+        "tasks": {
+            "in_flight": now["processing"],
+            "waiting": now["waiting"] + now["queued"],
+            "done": ever["memory"] + ever["forgotten"],
+            "erred": ever["erred"],
+        },
+        "spans": [{"id": s.id, "name": list(s.name)} for s in running[-CURRENT_SPANS:]],
+    }
+
+
+def memory_sample(source: DiagnosticsSource, now: float) -> list[float] | None:
+    """``[time, process, managed, unmanaged, spilled]`` bytes, or None if the source
+    cannot tell."""
+    m = source.memory()
+    if m is None:
+        return None
+    return [now, m.process_bytes, m.managed_bytes, m.unmanaged_bytes, m.spilled_bytes]
+
+
+def _number_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"expected a finite number or null, got {value!r}")
+    return float(value)
+
+
+def check_message(content: Any) -> dict[str, Any]:
+    """A browser message, checked; ValueError says what is wrong with it."""
+    if not isinstance(content, dict) or not isinstance(content.get("type"), str):
+        raise ValueError("expected an object with a 'type'")
+    kind = content["type"]
+    if kind == "refresh":
+        return {"type": kind}
+    if kind == "subscribe":
+        feeds = content.get("feeds")
+        if not isinstance(feeds, list) or not all(f in OPTIONAL_FEEDS for f in feeds):
+            raise ValueError(f"'feeds' must be a list drawn from {OPTIONAL_FEEDS}")
+        return {"type": kind, "feeds": [f for f in OPTIONAL_FEEDS if f in feeds]}
+    if kind == "profile":
+        prefix = content.get("prefix") or ""
+        if not isinstance(prefix, str):
+            raise ValueError("'prefix' must be a string")
+        start = _number_or_none(content.get("start"))
+        stop = _number_or_none(content.get("stop"))
+        if start is not None and stop is not None and stop < start:
+            start, stop = stop, start
+        return {"type": kind, "prefix": prefix, "start": start, "stop": stop}
+    raise ValueError(f"unknown message type {kind!r}")
+
+
+class Channel:
+    """One browser connection: its comm, and publishers holding what it was sent."""
+
+    def __init__(self, hub: Hub, comm: Any):
+        self.hub = hub
+        self.comm = comm
+        self.optional: tuple[str, ...] = ()
+        self.profile = {"prefix": "", "start": None, "stop": None}
+        self.publishers: dict[str, Publisher] = {}
+        self.last_status: dict[str, Any] | None = None
+        self.sent_bytes = 0
+        self.sent_messages = 0
+        self.closed = False
+        self._lock = threading.RLock()
+        comm.on_msg(self._on_msg)
+        comm.on_close(lambda _msg: hub.remove(self))
+
+    # -- kernel -> browser -------------------------------------------------------------
+
+    def send(self, content: dict[str, Any], buffers: list[bytes] | None = None) -> None:
+        if self.closed:
+            return
+        self.comm.send(content, buffers=buffers or [])
+        self.sent_messages += 1
+        self.sent_bytes += message_size(content, buffers or [])
+
+    def bind(self, source: DiagnosticsSource | None) -> None:
+        """Feed this browser from ``source`` (None: no cluster), starting afresh."""
+        with self._lock:
+            self.publishers = {}
+            if source is not None:
+                main = (*BASE_FEEDS, *(f for f in self.optional if f == "tasks"))
+                self.publishers["main"] = self._publisher(source, main, INTERVAL)
+                if "profile" in self.optional:  # asks every worker: once a second at most
+                    self.publishers["profile"] = self._publisher(source, ("profile",), 1.0)
+                    self._select_profile()
+
+    def _publisher(
+        self, source: DiagnosticsSource, feeds: tuple[str, ...], interval: float
+    ) -> Publisher:
+        options = {"tasks": {"max_tasks": 100_000}, "profile": {"max_frames": 20_000}}
+        return Publisher(
+            source,
+            feeds,
+            self.send,
+            min_interval=interval,
+            options={k: v for k, v in options.items() if k in feeds},
+        )
+
+    def _select_profile(self) -> None:
+        publisher = self.publishers.get("profile")
+        if publisher is not None:
+            p = self.profile
+            publisher.feeds["profile"].select(p["prefix"] or None, p["start"], p["stop"])
+
+    def send_everything(self) -> None:
+        with self._lock:
+            self.send({"type": "hello", "protocol": PROTOCOL})
+            self.last_status = None
+            self.hub.send_status(self)
+            self.send({"type": "memory", "samples": list(self.hub.memory.copy())})
+            for publisher in self.publishers.values():
+                publisher.send_full()
+
+    def tick(self) -> None:
+        with self._lock:
+            for publisher in self.publishers.values():
+                publisher.tick()
+
+    # -- browser -> kernel -------------------------------------------------------------
+
+    def _on_msg(self, msg: dict[str, Any]) -> None:
+        data = msg.get("content", {}).get("data")
+        try:
+            request = check_message(data)
+        except ValueError as exc:
+            logger.warning("Ignoring a message from the browser (%s): %.200r", exc, data)
+            return
+        try:
+            self._handle(request)
+        except (RuntimeError, TimeoutError) as exc:  # the cluster closed under us
+            logger.info("Cannot answer the browser: %s", exc)
+
+    def _handle(self, request: dict[str, Any]) -> None:
+        kind = request["type"]
+        with self._lock:
+            if kind == "refresh":
+                self.send_everything()
+            elif kind == "subscribe" and tuple(request["feeds"]) != self.optional:
+                self.optional = tuple(request["feeds"])
+                self.bind(self.hub.source)
+                for publisher in self.publishers.values():
+                    publisher.send_full()
+            elif kind == "profile":
+                self.profile = {k: request[k] for k in ("prefix", "start", "stop")}
+                self._select_profile()
+                publisher = self.publishers.get("profile")
+                if publisher is not None:  # someone is waiting for this one: no rate bound
+                    publisher.tick(force=True)
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.comm.close()
+        except Exception:  # the kernel is going away
+            pass
+
+
+class Hub:
+    """Every channel of this kernel, the thread that feeds them, and the memory
+    history they share; follows the default source (the latest Client)."""
+
+    def __init__(self) -> None:
+        self.channels: list[Channel] = []
+        self.source: DiagnosticsSource | None = None
+        self.memory: collections.deque[list[float]] = collections.deque(maxlen=MEMORY_SAMPLES)
+        self.status: dict[str, Any] = {"cluster": None, "memory": None}
+        self._last_status_at = -math.inf
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        try:
+            self.source = default_source()
+        except ValueError:
+            self.source = None
+        self._unwatch = watch_default_source(self._source_changed)
+
+    # -- channels ----------------------------------------------------------------------
+
+    def opened(self, comm: Any, _msg: Any = None) -> Channel:
+        """A browser opened a comm (or accepted ours): feed it."""
+        channel = Channel(self, comm)
+        with self._lock:
+            self.channels.append(channel)
+            channel.bind(self.source)
+            self._refresh_status()
+            channel.send_everything()
+            self._start()
+        return channel
+
+    def remove(self, channel: Channel) -> None:
+        channel.closed = True
+        with self._lock:
+            if channel in self.channels:
+                self.channels.remove(channel)
+
+    def announce(self) -> None:
+        """Open a comm to this kernel's JupyterLab (if it has the extension, it takes
+        it as its connection; if not, it closes it)."""
+        from comm import create_comm
+
+        comm = create_comm(target_name=TARGET, data={"protocol": PROTOCOL})
+        self.opened(comm)
+
+    def show(self, kind: str, mode: str) -> None:
+        with self._lock:
+            if not self.channels:
+                self.announce()
+            for channel in self.channels:
+                channel.send({"type": "show", "kind": kind, "mode": mode})
+
+    # -- the cluster -------------------------------------------------------------------
+
+    def _source_changed(self, source: DiagnosticsSource | None) -> None:
+        with self._lock:
+            if source is self.source:
+                return
+            self.source = source
+            self.memory.clear()
+            self._last_status_at = -math.inf
+            for channel in self.channels:
+                channel.bind(source)
+            if source is not None and not self.channels and in_notebook():
+                self.announce()  # panels opened before this cluster existed: connect
+                return
+            self._refresh_status()
+            for channel in self.channels:
+                channel.send_everything()
+
+    def _refresh_status(self) -> None:
+        """Read the cluster's summary and a memory sample (at most once a second)."""
+        now = time.monotonic()
+        if now - self._last_status_at < STATUS_INTERVAL * 0.9:
+            return
+        self._last_status_at = now
+        source = self.source
+        if source is None:
+            self.status = {"cluster": None, "memory": None}
+            return
+        try:
+            sample = memory_sample(source, time.time())
+            self.status = {"cluster": cluster_summary(source), "memory": sample}
+        except (RuntimeError, TimeoutError) as exc:  # closed, though no Client said so
+            self.status = {"cluster": None, "memory": None, "error": str(exc)}
+            return
+        if sample is not None:
+            self.memory.append(sample)
+
+    def send_status(self, channel: Channel) -> None:
+        if channel.last_status != self.status:
+            channel.last_status = self.status
+            channel.send({"type": "status", **self.status})
+
+    # -- the thread --------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="kernel-cluster-lab", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(INTERVAL):
+            with self._lock:
+                channels = list(self.channels)
+                if not channels:
+                    self._thread = None
+                    return
+                self._refresh_status()
+            for channel in channels:
+                try:
+                    self.send_status(channel)
+                    if self.status["cluster"] is not None:
+                        channel.tick()
+                except (RuntimeError, TimeoutError) as exc:
+                    logger.info("Panel updates paused: %s", exc)
+                except Exception:
+                    logger.exception("A panel update failed; that panel is closed")
+                    self.remove(channel)
+                    channel.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._unwatch()
+        for channel in list(self.channels):
+            self.remove(channel)
+            channel.close()
+
+
+_hub: Hub | None = None
+
+
+def hub() -> Hub:
+    """This kernel's hub, made (and its comm target registered) on first use."""
+    global _hub
+    if _hub is None:
+        _hub = Hub()
+    return _hub
+
+
+def register() -> bool:
+    """In a Jupyter kernel: register the comm target and tell JupyterLab that
+    kernel_cluster is here. Idempotent; False (and nothing done) elsewhere."""
+    if not in_notebook():
+        return False
+    if _hub is not None:
+        return True
+    from comm import get_comm_manager
+
+    h = hub()
+    get_comm_manager().register_target(TARGET, h.opened)
+    try:
+        h.announce()
+    except Exception:  # no front-end to talk to (a console, a test kernel)
+        logger.debug("Could not announce kernel_cluster to JupyterLab", exc_info=True)
+    return True
+
+
+def show(view: str, mode: str = "split-right") -> None:
+    """Open a JupyterLab panel of this kernel's cluster: ``view`` in ``VIEWS``
+    (``"flame-graph"`` is an alias of ``"profile"``), placed by ``mode`` next to the
+    notebook: ``split-right``, ``split-left``, ``split-top``, ``split-bottom``,
+    ``tab-after`` or ``tab-before``."""
+    view = "profile" if view == "flame-graph" else view
+    if view not in VIEWS:
+        raise ValueError(f"Unknown view {view!r}; choose one of {', '.join(VIEWS)}.")
+    if mode not in MODES:
+        raise ValueError(f"Unknown mode {mode!r}; choose one of {', '.join(MODES)}.")
+    if not register():
+        raise RuntimeError(
+            "kernel_cluster.show() opens a JupyterLab panel, so it needs a notebook in "
+            "JupyterLab; elsewhere use the widgets (client.dashboard()) or "
+            "performance_report()."
+        )
+    hub().show(view, mode)

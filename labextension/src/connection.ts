@@ -1,0 +1,347 @@
+// One notebook kernel's cluster, as the browser sees it: the comm to the kernel
+// (kernel_cluster/jupyter/lab.py), the store its panels draw from, the sidebar's
+// summary and the memory history. No DOM here: panels and the sidebar listen to
+// `changed` and read the fields.
+//
+// Either side may open the comm: this model when it meets a kernel (a page load,
+// a restart), the kernel when kernel_cluster is imported or a Client starts. A
+// kernel without kernel_cluster closes ours, and we wait for its announcement.
+import type { ISessionContext } from '@jupyterlab/apputils';
+import type { Kernel, KernelMessage } from '@jupyterlab/services';
+import { Signal, type ISignal } from '@lumino/signaling';
+import { Store, type Binding, type Buffer, type Part } from '@kernel-cluster/widgets';
+import { isMode, isView, type Mode, type View } from './views';
+
+export const TARGET = 'kernel-cluster-lab';
+const PROTOCOL = 1;
+
+export type Feed = 'tasks' | 'profile';
+
+export interface ClusterSummary {
+  kind: string;
+  workers: number;
+  threads: number;
+  memory_limit: number;
+  tasks: { in_flight: number; waiting: number; done: number; erred: number };
+  spans: { id: string; name: string[] }[];
+}
+
+/** `[time, process, managed, unmanaged, spilled]`, seconds and bytes. */
+export type MemorySample = [number, number, number, number, number];
+
+/**
+ * - `connecting`: asked the kernel, no answer yet (it answers between cells)
+ * - `no-package`: the kernel has not imported kernel_cluster
+ * - `no-cluster`: kernel_cluster is there, but no Client has started
+ * - `live`: data flows
+ * - `restarting`, `dead`: the kernel's own state
+ * - `no-kernel`: the notebook has no kernel, or was closed
+ */
+export type State = 'connecting' | 'no-package' | 'no-cluster' | 'live' | 'restarting' | 'dead' | 'no-kernel';
+
+export interface ShowRequest {
+  view: View;
+  mode: Mode;
+}
+
+function byteLength(b: Buffer): number {
+  return b.byteLength;
+}
+
+export class ClusterConnection {
+  store = new Store();
+  state: State = 'connecting';
+  /** The kernel restarted (or was replaced) since this page first reached it. */
+  restarted = false;
+  cluster: ClusterSummary | null = null;
+  memory: MemorySample[] = [];
+  /** What arrived on the comm, for the measurements (kernel -> browser). */
+  readonly stats = { messages: 0, bytes: 0, since: performance.now() };
+  /** The latest state changes and kernel events, to tell what happened. */
+  readonly history: string[] = [];
+  private comm: Kernel.IComm | null = null;
+  private kernel: Kernel.IKernelConnection | null = null;
+  private wants = new Map<string, Feed[]>();
+  private subscribed = '';
+  private askedRefresh = false;
+  private waitingForNewKernel = false;
+  /** This kernel process was asked once already (it closes the comm without kernel_cluster). */
+  private asked = false;
+  private profile: Record<string, unknown> = { prefix: '', start: null, stop: null };
+  private profileListeners = new Set<() => void>();
+  private readonly _changed = new Signal<this, void>(this);
+  private readonly _show = new Signal<this, ShowRequest>(this);
+  private _disposed = false;
+
+  constructor(
+    readonly path: string,
+    private session: ISessionContext,
+  ) {
+    session.kernelChanged.connect(this.onKernelChanged, this);
+    session.statusChanged.connect(this.onStatus, this);
+    session.connectionStatusChanged.connect(this.onConnection, this);
+    this.attach(session.session?.kernel ?? null);
+  }
+
+  /** Something panels or the sidebar show changed. */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** The kernel asked for a panel (`kernel_cluster.show()`). */
+  get showRequested(): ISignal<this, ShowRequest> {
+    return this._show;
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  // -- the kernel ----------------------------------------------------------------------
+
+  private onKernelChanged(): void {
+    this.attach(this.session.session?.kernel ?? null);
+  }
+
+  private attach(kernel: Kernel.IKernelConnection | null): void {
+    if (this.kernel === kernel) return;
+    if (this.kernel) {
+      this.kernel.removeCommTarget(TARGET, this.accept);
+      this.restarted = true;
+      this.reset();
+    }
+    this.kernel = kernel;
+    if (!kernel) {
+      this.setState('no-kernel');
+      return;
+    }
+    kernel.registerCommTarget(TARGET, this.accept);
+    this.asked = false;
+    this.setState('connecting');
+    this.open();
+  }
+
+  private note(event: string): void {
+    this.history.push(`${Math.round(performance.now())} ${event}`);
+    if (this.history.length > 50) this.history.shift();
+  }
+
+  private onStatus(_: ISessionContext, status: Kernel.Status): void {
+    this.note(`kernel ${status}`);
+    if (status === 'restarting' || status === 'autorestarting') {
+      this.restarted = true;
+      this.reset();
+      this.waitingForNewKernel = true; // late statuses of the old process may still come
+      this.setState('restarting');
+    } else if (status === 'dead') {
+      this.reset();
+      this.setState('dead');
+    } else if (this.waitingForNewKernel && (status === 'starting' || status === 'idle' || status === 'busy')) {
+      this.newKernel();
+    } else if (status === 'idle' && !this.waitingForNewKernel && !this.comm && !this.asked && this.state !== 'live') {
+      this.open();
+    }
+  }
+
+  private onConnection(_: ISessionContext, status: Kernel.ConnectionStatus): void {
+    this.note(`connection ${status}`);
+    if (status === 'connected' && !this.comm && this.state === 'connecting') this.open();
+  }
+
+  /** The kernel is back from a restart. Its new process has not imported
+   * kernel_cluster: it opens the comm itself when it does. (Asking now could reach
+   * the old process, whose last messages may still be arriving.) */
+  private newKernel(): void {
+    this.waitingForNewKernel = false;
+    this.asked = true;
+    this.dropComm();
+    this.setState('no-package');
+  }
+
+  /** Forget what this kernel sent: its cluster is gone. */
+  private reset(): void {
+    this.dropComm();
+    this.store = new Store();
+    this.cluster = null;
+    this.memory = [];
+    this.subscribed = '';
+    this.askedRefresh = false;
+  }
+
+  private dropComm(): void {
+    const comm = this.comm;
+    this.comm = null;
+    if (comm && !comm.isDisposed) {
+      try {
+        comm.close();
+      } catch {
+        // the kernel is gone already
+      }
+    }
+  }
+
+  /** Ask the kernel for its cluster (it refuses, by closing, without kernel_cluster). */
+  private open(): void {
+    const kernel = this.kernel;
+    if (!kernel || this.comm || kernel.connectionStatus !== 'connected') return;
+    this.note('opening a comm');
+    this.asked = true;
+    const comm = kernel.createComm(TARGET);
+    this.wire(comm);
+    comm.open({ protocol: PROTOCOL });
+  }
+
+  /** The kernel opened a comm to us: it replaces ours. */
+  private accept = (comm: Kernel.IComm): void => {
+    this.note('the kernel opened a comm');
+    if (this.comm && this.comm !== comm) this.dropComm();
+    this.wire(comm);
+  };
+
+  private wire(comm: Kernel.IComm): void {
+    this.comm = comm;
+    this.subscribed = '';
+    comm.onMsg = (msg) => this.onMessage(comm, msg);
+    comm.onClose = () => {
+      this.note('comm closed');
+      if (this.comm !== comm) return;
+      this.comm = null;
+      if (this.state === 'connecting' || this.state === 'live' || this.state === 'no-cluster') {
+        this.setState('no-package');
+      }
+    };
+  }
+
+  // -- kernel -> browser ---------------------------------------------------------------
+
+  private onMessage(comm: Kernel.IComm, msg: KernelMessage.ICommMsgMsg): void {
+    if (comm !== this.comm) return;
+    const data = msg.content.data as Record<string, unknown>;
+    const buffers = (msg.buffers ?? []) as Buffer[];
+    this.stats.messages += 1;
+    this.stats.bytes += JSON.stringify(data).length + buffers.reduce((n, b) => n + byteLength(b), 0);
+    switch (data.type) {
+      case 'hello':
+        this.subscribed = '';
+        this.subscribe();
+        return;
+      case 'status':
+        this.onStatusMessage(data);
+        return;
+      case 'memory':
+        if (Array.isArray(data.samples)) this.memory = data.samples as MemorySample[];
+        this._changed.emit();
+        return;
+      case 'update':
+        if (Array.isArray(data.parts)) this.onUpdate(data.parts as Part[], buffers);
+        return;
+      case 'show':
+        if (isView(data.kind) && isMode(data.mode)) this._show.emit({ view: data.kind, mode: data.mode });
+        return;
+      default:
+        console.warn('kernel-cluster: ignoring an unknown message', data.type);
+    }
+  }
+
+  private onStatusMessage(data: Record<string, unknown>): void {
+    this.cluster = (data.cluster as ClusterSummary | null) ?? null;
+    const sample = data.memory as MemorySample | null;
+    const last = this.memory[this.memory.length - 1];
+    if (sample && (!last || sample[0] > last[0])) this.memory.push(sample);
+    this.setState(this.cluster ? 'live' : 'no-cluster', true);
+  }
+
+  private onUpdate(parts: Part[], buffers: Buffer[]): void {
+    this.store.applyUpdate(parts, buffers);
+    if (this.store.stale && !this.askedRefresh) {
+      this.askedRefresh = true; // once, until a full state arrives
+      this.send({ type: 'refresh' });
+    } else if (!this.store.stale) this.askedRefresh = false;
+  }
+
+  private setState(state: State, always = false): void {
+    if (this.state !== state) this.note(`${this.state} -> ${state}`);
+    if (this.state === state && !always) return;
+    this.state = state;
+    this._changed.emit();
+  }
+
+  // -- browser -> kernel ---------------------------------------------------------------
+
+  private send(content: Record<string, unknown>): void {
+    const comm = this.comm;
+    if (comm && !comm.isDisposed) comm.send(content as any);
+  }
+
+  /** A panel (by id) needs these optional feeds; [] when it closes. */
+  setWants(id: string, feeds: Feed[]): void {
+    if (feeds.length) this.wants.set(id, feeds);
+    else this.wants.delete(id);
+    this.subscribe();
+  }
+
+  private subscribe(): void {
+    const all = new Set<Feed>();
+    for (const feeds of this.wants.values()) for (const f of feeds) all.add(f);
+    const feeds = [...all].sort();
+    const key = feeds.join(',');
+    if (!this.comm || key === this.subscribed) return;
+    this.subscribed = key;
+    this.send({ type: 'subscribe', feeds });
+  }
+
+  /** Ask for everything again (a panel that wants to be sure it is complete). */
+  refresh(): void {
+    this.send({ type: 'refresh' });
+  }
+
+  /** The flame graph's selection (task prefix, time window), held for the kernel. */
+  profileBinding(): Binding {
+    return {
+      get: (name) => this.profile[name],
+      set: (values) => {
+        Object.assign(this.profile, values);
+        for (const l of [...this.profileListeners]) l();
+        this.send({ type: 'profile', prefix: this.profile.prefix ?? '', start: this.profile.start ?? null, stop: this.profile.stop ?? null });
+      },
+      onChange: (_names, listener) => {
+        this.profileListeners.add(listener);
+        return () => this.profileListeners.delete(listener);
+      },
+    };
+  }
+
+  dispose(): void {
+    if (this._disposed) return;
+    this._disposed = true;
+    this.session.kernelChanged.disconnect(this.onKernelChanged, this);
+    this.session.statusChanged.disconnect(this.onStatus, this);
+    this.session.connectionStatusChanged.disconnect(this.onConnection, this);
+    this.kernel?.removeCommTarget(TARGET, this.accept);
+    this.dropComm();
+    this.kernel = null;
+    this.setState('no-kernel');
+    Signal.clearData(this);
+  }
+}
+
+/** What a panel or the sidebar says for a state (null: nothing to say, data flows). */
+export function describe(c: ClusterConnection | null, path: string): string | null {
+  const start = 'Start one in the notebook: from kernel_cluster import Client; client = Client()';
+  if (!c) return `Open ${path} to see its kernel's cluster.`;
+  switch (c.state) {
+    case 'live':
+      return null;
+    case 'connecting':
+      return 'Connecting to the kernel (it answers once the running cell ends)…';
+    case 'no-package':
+    case 'no-cluster':
+      return `${c.restarted ? 'The kernel restarted. ' : ''}No cluster in this kernel yet. ${start}; this view connects on its own.`;
+    case 'restarting':
+      return 'The kernel is restarting. This view reconnects once the kernel has a cluster again.';
+    case 'dead':
+      return 'The kernel died. Restart it and start a cluster: this view reconnects on its own.';
+    case 'no-kernel':
+      return 'This notebook has no kernel. Start one, then a cluster.';
+  }
+}

@@ -1,0 +1,170 @@
+// kernel-cluster's JupyterLab plugin: a sidebar for the current notebook kernel's
+// cluster, and commands that open its views as dockable main-area panels, restored
+// in place after a reload. The kernel's side is kernel_cluster/jupyter/lab.py.
+import { ILabShell, ILayoutRestorer, type JupyterFrontEnd, type JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette, WidgetTracker } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import { Connections } from './connections';
+import { clusterIcon } from './icon';
+import { ClusterPanel, panelId } from './panel';
+import { ClusterSidebar } from './sidebar';
+import { isMode, isView, LABELS, VIEWS, type Mode, type View } from './views';
+
+const PLUGIN_ID = '@kernel-cluster/lab:plugin';
+
+export const CommandIDs = {
+  open: 'kernel-cluster:open',
+  openView: (view: View) => `kernel-cluster:open-${view}`,
+  defaultLayout: 'kernel-cluster:default-layout',
+  stats: 'kernel-cluster:stats',
+};
+
+/** One step of the default layout: a view, where it goes, and next to what. */
+interface LayoutStep {
+  view: View;
+  mode: Mode;
+  /** "notebook", or a view opened by an earlier step. */
+  ref: string;
+}
+
+const FALLBACK_LAYOUT: LayoutStep[] = [
+  { view: 'fine-metrics', mode: 'split-right', ref: 'notebook' },
+  { view: 'task-stream', mode: 'split-bottom', ref: 'fine-metrics' },
+  { view: 'span-tree', mode: 'tab-after', ref: 'fine-metrics' },
+  { view: 'memory', mode: 'tab-after', ref: 'task-stream' },
+];
+
+function readLayout(value: unknown): LayoutStep[] {
+  if (!Array.isArray(value)) return FALLBACK_LAYOUT;
+  const steps = value.filter(
+    (s): s is LayoutStep => typeof s === 'object' && s !== null && isView(s.view) && isMode(s.mode) && typeof s.ref === 'string',
+  );
+  return steps.length ? steps : FALLBACK_LAYOUT;
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Panels of the notebook kernel\'s kernel-cluster: fine metrics, spans, profile, task stream, memory, progress.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ICommandPalette, ILayoutRestorer, ISettingRegistry, ILabShell],
+  activate: (
+    app: JupyterFrontEnd,
+    notebooks: INotebookTracker,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null,
+    settings: ISettingRegistry | null,
+    labShell: ILabShell | null,
+  ) => {
+    const connections = new Connections(notebooks);
+    const panels = new WidgetTracker<ClusterPanel>({ namespace: 'kernel-cluster' });
+    let layout = FALLBACK_LAYOUT;
+
+    const currentPath = (): string | null => notebooks.currentWidget?.context.path ?? null;
+
+    const open = (view: View, path: string, mode?: Mode, ref?: string, activate = true): ClusterPanel => {
+      const existing = panels.find((p) => p.id === panelId(view, path));
+      if (existing) {
+        if (activate) app.shell.activateById(existing.id);
+        return existing;
+      }
+      const panel = new ClusterPanel(view, path, connections);
+      const refId = ref ?? connections.notebook(path)?.id;
+      app.shell.add(panel, 'main', { mode: mode ?? 'split-right', ref: refId ?? null, activate });
+      void panels.add(panel);
+      return panel;
+    };
+
+    const defaultLayout = (path: string): void => {
+      const opened = new Map<string, string>();
+      const notebook = connections.notebook(path);
+      if (notebook) opened.set('notebook', notebook.id);
+      for (const step of layout) {
+        const panel = open(step.view, path, step.mode, opened.get(step.ref) ?? notebook?.id, false);
+        opened.set(step.view, panel.id);
+      }
+    };
+
+    app.commands.addCommand(CommandIDs.open, {
+      label: (args) => (isView(args.view) ? `Open ${LABELS[args.view]}` : 'Open a Kernel Cluster view'),
+      icon: clusterIcon,
+      isEnabled: (args) => Boolean(args.path ?? currentPath()),
+      execute: (args) => {
+        const path = (args.path as string | undefined) ?? currentPath();
+        if (!isView(args.view) || !path) return;
+        // restoring: the layout restorer puts the panel back where it was
+        const mode = isMode(args.mode) ? args.mode : undefined;
+        return open(args.view, path, args.restore ? undefined : mode, args.ref as string | undefined);
+      },
+    });
+    for (const view of VIEWS) {
+      app.commands.addCommand(CommandIDs.openView(view), {
+        label: `Open ${LABELS[view]}`,
+        caption: `Open the ${LABELS[view]} panel of the current notebook kernel's cluster`,
+        icon: clusterIcon,
+        isEnabled: () => currentPath() !== null,
+        execute: () => {
+          const path = currentPath();
+          if (path) open(view, path);
+        },
+      });
+      palette?.addItem({ command: CommandIDs.openView(view), category: 'Kernel Cluster' });
+    }
+    app.commands.addCommand(CommandIDs.defaultLayout, {
+      label: 'Open the Default Layout',
+      caption: 'Open the views of the current notebook kernel\'s cluster in the layout set in the settings',
+      isEnabled: () => currentPath() !== null,
+      execute: () => {
+        const path = currentPath();
+        if (path) defaultLayout(path);
+      },
+    });
+    palette?.addItem({ command: CommandIDs.defaultLayout, category: 'Kernel Cluster' });
+    // measurements for the browser tests: what a notebook's connection received
+    app.commands.addCommand(CommandIDs.stats, {
+      execute: (args): ReadonlyPartialJSONObject => {
+        const conn = connections.get(String(args.path ?? currentPath() ?? ''));
+        if (!conn) return {};
+        return {
+          state: conn.state,
+          messages: conn.stats.messages,
+          bytes: conn.stats.bytes,
+          seconds: (performance.now() - conn.stats.since) / 1000,
+          history: [...conn.history],
+        };
+      },
+    });
+
+    connections.showRequested.connect((_, { view, mode, path }) => {
+      open(view, path, mode);
+    });
+
+    const sidebar = new ClusterSidebar(notebooks, labShell, connections, (view, path) => open(view, path), defaultLayout);
+    app.shell.add(sidebar, 'left', { rank: 700 });
+
+    if (restorer) {
+      restorer.add(sidebar, sidebar.id);
+      void restorer.restore(panels, {
+        command: CommandIDs.open,
+        args: (panel) => ({ view: panel.view, path: panel.path, restore: true }),
+        name: (panel) => panel.id,
+      });
+    }
+    if (settings) {
+      void settings
+        .load(PLUGIN_ID)
+        .then((s) => {
+          const update = () => {
+            layout = readLayout(s.composite.layout);
+          };
+          update();
+          s.changed.connect(update);
+        })
+        .catch((reason) => console.error('kernel-cluster: cannot read the settings', reason));
+    }
+  },
+};
+
+export default plugin;

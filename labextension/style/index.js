@@ -1,0 +1,2 @@
+import '@kernel-cluster/widgets/src/styles.css';
+import './base.css';
