@@ -39,7 +39,7 @@ class TaskFinished:
     key: Key
     worker: str
     nbytes: int
-    startstops: list[tuple[Any, ...]] = field(default_factory=list[Any])
+    startstops: list[tuple[Any, ...]] = field(default_factory=list)
     thread: int | None = None
     type_name: str = ""
     stimulus_id: str = ""
@@ -53,7 +53,7 @@ class TaskErred:
     exception: BaseException | None
     traceback: Any
     exception_text: str = ""
-    startstops: list[tuple[Any, ...]] = field(default_factory=list[Any])
+    startstops: list[tuple[Any, ...]] = field(default_factory=list)
     thread: int | None = None
     stimulus_id: str = ""
     time: float = 0.0
