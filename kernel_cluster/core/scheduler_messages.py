@@ -26,7 +26,7 @@ class GraphSubmitted:
 
     client: str
     specs: dict[Key, Any]
-    dependencies: dict[Key, frozenset[Any]]
+    dependencies: dict[Key, frozenset[Key]]
     wanted: list[Key]
     order: dict[Key, int] | None = None
     annotations: dict[str, Any] | None = None

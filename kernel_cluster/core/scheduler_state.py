@@ -131,7 +131,9 @@ class SchedulerState:
         self.generation = 0
         self._task_counter = 0  # makes priorities unique: heaps never compare tasks
         self.total_nthreads = 0
-        self.transition_log: deque[Any] = deque(maxlen=transition_log_length or None)
+        self.transition_log: deque[tuple[Key, str, str, str]] = deque(
+            maxlen=transition_log_length or None
+        )
         self.log_transitions = transition_log_length > 0
         self.on_transition: TransitionHook | None = None
         # when set, only these (start, finish) pairs reach on_transition: the hook sits on

@@ -139,7 +139,7 @@ class WorkerState:
         *,
         address: str,
         nthreads: int,
-        data: MutableMapping[Any, Any] | None = None,
+        data: MutableMapping[Key, Any] | None = None,
         prefetch: int | None = None,
         max_concurrent_gathers: int = 8,
         max_gather_nbytes: int = 64 * 2**20,
@@ -150,7 +150,7 @@ class WorkerState:
         # Tasks handed to the thread pool beyond one per thread, so threads go from
         # task to task without waiting for the event loop; results come back in batches.
         self.prefetch = max(8, 2 * nthreads) if prefetch is None else prefetch
-        self.data: MutableMapping[Any, Any] = {} if data is None else data
+        self.data: MutableMapping[Key, Any] = {} if data is None else data
         self.tasks: dict[Key, WorkerTask] = {}
         self.ready: list[tuple[tuple[Any, ...], WorkerTask]] = []  # heap; stale entries skipped
         self.executing: set[WorkerTask] = set()
@@ -160,7 +160,9 @@ class WorkerState:
         self.paused = False
         self.max_concurrent_gathers = max_concurrent_gathers
         self.max_gather_nbytes = max_gather_nbytes
-        self.transition_log: deque[Any] = deque(maxlen=transition_log_length or None)
+        self.transition_log: deque[tuple[Key, str, str, str]] = deque(
+            maxlen=transition_log_length or None
+        )
         self.on_transition: Callable[[WorkerTask, str, str], None] | None = None
         self._out: list[Any] = []
         self._stimulus_id = ""
