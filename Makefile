@@ -71,6 +71,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy  # kernel_cluster, as [tool.mypy] in pyproject.toml sets it
 
 test: lint bundles test-js test-ui
 	$(PY) -m pytest

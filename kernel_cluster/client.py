@@ -16,6 +16,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import Any
 
 import cloudpickle
@@ -363,7 +364,7 @@ class Client:
             prefix = key if isinstance(key, str) else funcname(fn)
             keys = []
         ftoken = function_token(fn) if pure else ""
-        specs: dict[Key, TaskSpec] = {}
+        specs: dict[Key, TaskSpec | bytes] = {}  # bytes: pickled for worker processes
         dependencies: dict[Key, frozenset] = {}
         order: dict[Key, int] = {}
         out_keys = []
@@ -496,7 +497,7 @@ class Client:
     def cancel(self, futures: Future | Iterable[Future]) -> None:
         """Stop these tasks (and whatever depends on them) if they have not finished."""
         if isinstance(futures, Future):
-            fs = [futures]
+            fs: list[Any] = [futures]  # checked below
         else:
             try:
                 fs = list(futures)
@@ -788,8 +789,8 @@ _code_cache: dict[tuple[str, int], tuple] = {}
 
 def _user_code(nframes: int) -> tuple:
     """(filename, line, function, source line) of the user's frames calling us."""
-    frame = sys._getframe(2)
-    out = []
+    frame: FrameType | None = sys._getframe(2)
+    out: list[tuple[str, int, str, str]] = []
     while frame is not None and len(out) < nframes:
         filename = frame.f_code.co_filename
         if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:

@@ -52,7 +52,8 @@ def check_timeout(timeout: Any) -> None:
             f"timeout={timeout!r} ({type(timeout).__name__}): give a number of seconds, "
             "e.g. timeout=10, or None to wait until the future is done."
         )
-    if not timeout >= 0:  # negative or NaN
+    # (typeshed's numbers.Real declares no comparison with an int)
+    if not timeout >= 0:  # type: ignore[operator]  # negative or NaN
         raise ValueError(f"timeout={timeout!r}: give a number of seconds >= 0, or None.")
 
 

@@ -14,7 +14,7 @@ current_span: ContextVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = Conte
 )
 
 
-def get_annotations() -> dict:
+def get_annotations() -> dict[str, dict[str, tuple[str, ...]]]:
     """``{"span": {"name": (...), "ids": (...)}}`` where a span is active, else ``{}``."""
     current = current_span.get()
     if current is None:

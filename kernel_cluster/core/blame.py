@@ -27,7 +27,7 @@ def key_text(key: Any) -> bytes:
     return (key if type(key) is str else repr(key)).encode(errors="backslashreplace")
 
 
-def running_tasks(processing: Iterable[Any], texts: Iterable[bytes]) -> set:
+def running_tasks(processing: Iterable[Any], texts: Iterable[bytes]) -> set[Any]:
     """The tasks of ``processing`` (anything with a ``key``) whose key is in ``texts``.
 
     A text cut to the slot's size matches every key that begins with it: a cut key

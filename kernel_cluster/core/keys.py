@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
-Key: TypeAlias = str | tuple
+Key: TypeAlias = str | tuple[Any, ...]
 
 _HEX8 = re.compile(r"^[0-9a-f]{8}$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")

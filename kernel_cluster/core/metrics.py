@@ -53,7 +53,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-Metrics = dict[tuple, float]
+Metrics = dict[tuple[Any, ...], float]
 Callback = Callable[[Hashable, float, str], None]
 
 
@@ -97,7 +97,7 @@ class ContextMeter:
             "kernel_cluster_meter_frame", default=None
         )
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         if self._pickle_as is None:
             raise TypeError(
                 "This ContextMeter belongs to the process that made it and cannot be pickled; "
@@ -175,9 +175,9 @@ class Meter:
         self.context = context
         self.label = label
         self.unit = unit
-        self._state: tuple | None = None
+        self._state: tuple[Any, ...] | None = None
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (Meter, (self.context, self.label, self.unit))
 
     def __enter__(self) -> None:
@@ -205,7 +205,7 @@ class Meter:
             parent.inner_cpu += cpu
         m.digest_metric(self.label, max(0.0, wall - frame.inner_wall), self.unit)
 
-    def __call__(self, func: Callable) -> Callable:
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
         context, label, unit = self.context, self.label, self.unit
 
         @functools.wraps(func)
@@ -335,7 +335,7 @@ class GroupTotals:
         self.cpu = self.noncpu = self.executor = self.other = self.deserialize = 0.0
         self.count = self.nbytes = 0
 
-    def values(self) -> tuple:
+    def values(self) -> tuple[Any, ...]:
         """In ``TASK_FIELDS`` order."""
         return (
             self.cpu,
@@ -397,19 +397,19 @@ class ThreadAccount:
     def __init__(self, timeline: ThreadTimeline, now: float):
         self.timeline = timeline
         self.mark = now
-        self.sums: dict[tuple, GroupTotals] = {}  # by (span, prefix)
-        self.extra: dict[tuple, _Total] = {}  # (span, prefix, label, unit) -> total
+        self.sums: dict[tuple[Any, ...], GroupTotals] = {}  # by (span, prefix)
+        self.extra: dict[tuple[Any, ...], _Total] = {}  # (span, prefix, label, unit) -> total
         self.idle = 0.0
         # the group of the last add and its totals: the task runner's short path adds
         # to them inline (engine/execute.py)
-        self.last_group: tuple | None = None
+        self.last_group: tuple[Any, ...] | None = None
         self.last_totals: GroupTotals | None = None
-        self.stale: frozenset | None = None  # set by the loop, taken by the thread
-        self.retired: list[tuple] = []  # (group or extra key, its totals) let go
+        self.stale: frozenset[Any] | None = None  # set by the loop, taken by the thread
+        self.retired: list[tuple[Any, ...]] = []  # (group or extra key, its totals) let go
         self._seen: dict[object, Any] = {}  # totals -> their values at the last look
         self._seen_idle = 0.0
 
-    def add(self, group: tuple, timing: TaskTiming) -> None:
+    def add(self, group: tuple[Any, ...], timing: TaskTiming) -> None:
         """A run of a task of ``group`` (span, prefix), measured as ``timing`` (read
         here, not kept)."""
         totals = self.totals_for(group, timing.submitted, timing.start, timing.stop)
@@ -421,7 +421,9 @@ class ThreadAccount:
         totals.nbytes += timing.nbytes
         totals.deserialize += timing.deserialize
 
-    def totals_for(self, group: tuple, submitted: float, start: float, stop: float) -> GroupTotals:
+    def totals_for(
+        self, group: tuple[Any, ...], submitted: float, start: float, stop: float
+    ) -> GroupTotals:
         """Account this thread's time up to a task of ``group`` handed to the pool at
         ``submitted`` that ran from ``start`` to ``stop`` (idle, ``executor``), and
         return the group's totals, for the caller to add the run's own parts to
@@ -453,7 +455,7 @@ class ThreadAccount:
         self.last_totals = totals
         return totals
 
-    def add_extra(self, group: tuple, digests: list[tuple]) -> None:
+    def add_extra(self, group: tuple[Any, ...], digests: list[tuple[Any, ...]]) -> None:
         """What ``context_meter`` recorded in a task of ``group``: (label, value, unit)."""
         extra = self.extra
         for label, value, unit in digests:
@@ -463,7 +465,7 @@ class ThreadAccount:
                 total = extra[key] = _Total()
             total.value += value
 
-    def _retire(self, keep: tuple) -> None:
+    def _retire(self, keep: tuple[Any, ...]) -> None:
         """On the thread: let go of the groups the loop found stale, but ``keep``."""
         stale, self.stale = self.stale, None
         assert stale is not None
@@ -479,11 +481,11 @@ class ThreadAccount:
         if self.last_group is not None and self.last_group not in sums:
             self.last_group = self.last_totals = None
 
-    def take(self, into: Callable[[tuple, float], None]) -> None:
+    def take(self, into: Callable[[tuple[Any, ...], float], None]) -> None:
         """Pass what was added since the last call to ``into(metric key, value)``
         (call from one thread only: the loop)."""
         seen = self._seen
-        unchanged: set[tuple] = set()
+        unchanged: set[tuple[Any, ...]] = set()
         # list() copies in one step under the GIL, even while the thread adds a group
         for group, totals in list(self.sums.items()):
             if self._take_totals(group, totals, into, seen):
@@ -516,7 +518,10 @@ class ThreadAccount:
 
     @staticmethod
     def _take_totals(
-        group: tuple, totals: GroupTotals, into: Callable[[tuple, float], None], seen: dict
+        group: tuple[Any, ...],
+        totals: GroupTotals,
+        into: Callable[[tuple[Any, ...], float], None],
+        seen: dict[Any, Any],
     ) -> bool:
         """Pass one group's news to ``into``; True if it had none since an earlier look."""
         now = totals.values()
@@ -549,7 +554,7 @@ class ThreadTimeline:
                 self.accounts[t] = ThreadAccount(self, now)
 
     def set_busy(
-        self, busy: bool, now: float, running: set[int] | frozenset = frozenset()
+        self, busy: bool, now: float, running: set[int] | frozenset[Any] = frozenset()
     ) -> float:
         """The cluster went busy or quiet at ``now``; returns idle seconds to record.
 
@@ -568,13 +573,13 @@ class ThreadTimeline:
         self.busy = busy
         return idle
 
-    def restart(self, now: float, running: set[int] | frozenset = frozenset()) -> None:
+    def restart(self, now: float, running: set[int] | frozenset[Any] = frozenset()) -> None:
         """Account free threads from ``now`` on (metrics were off until now)."""
         for thread, account in self.accounts.items():
             if thread not in running:
                 account.mark = now
 
-    def take(self, into: Callable[[tuple, float], None]) -> None:
+    def take(self, into: Callable[[tuple[Any, ...], float], None]) -> None:
         for account in list(self.accounts.values()):
             account.take(into)
 
@@ -599,9 +604,11 @@ class MetricsLedger:
         self.total: Metrics = {}
         self._delta: Metrics = {}
         self.max_spans = max_spans
-        self._by_span: dict[Any, list[tuple]] = {}  # span id -> its keys in total, oldest first
+        self._by_span: dict[
+            Any, list[tuple[Any, ...]]
+        ] = {}  # span id -> its keys in total, oldest first
 
-    def add(self, key: tuple, value: float) -> None:
+    def add(self, key: tuple[Any, ...], value: float) -> None:
         if not value:
             return
         total, delta = self.total, self._delta
@@ -613,7 +620,7 @@ class MetricsLedger:
         total[key] = old + value
         delta[key] = delta.get(key, 0) + value
 
-    def _new_span_key(self, key: tuple) -> None:
+    def _new_span_key(self, key: tuple[Any, ...]) -> None:
         keys = self._by_span.get(key[1])
         if keys is None:
             keys = self._by_span[key[1]] = []

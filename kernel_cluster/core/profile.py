@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 Tree = dict[str, Any]
-Frame = tuple[str, dict]  # (identifier, description), as add_stack takes them
+Frame = tuple[str, dict[Any, Any]]  # (identifier, description), as add_stack takes them
 FlatRow = tuple[int, str, str, str, int, str, int, int]
 
 ROOT = "root"
@@ -50,7 +50,7 @@ class ProfileError(ValueError):
         super().__init__(message)
         self.path = path
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[ProfileError], tuple[str, tuple[str, ...]]]:
         return (ProfileError, (str(self), self.path))
 
 
@@ -59,7 +59,7 @@ def new_tree() -> Tree:
     return _node(ROOT, _ROOT_DESCRIPTION)
 
 
-def _node(identifier: str, description: dict) -> Tree:
+def _node(identifier: str, description: dict[Any, Any]) -> Tree:
     return {
         "identifier": identifier,
         "description": description,
@@ -217,7 +217,7 @@ def to_flat(tree: Tree) -> list[FlatRow]:
     return rows
 
 
-def from_flat(rows: Sequence[Sequence]) -> Tree:
+def from_flat(rows: Sequence[Sequence[Any]]) -> Tree:
     """The inverse of ``to_flat``; an empty sequence gives an empty profile."""
     if not rows:
         return new_tree()
@@ -314,7 +314,7 @@ class ProfileLog:
     ) -> Tree:
         """The samples of the window (all time if unbounded) as one new tree; ``prefix``
         keeps one task prefix. ``now`` ends the current cycle (default: never)."""
-        parts = []
+        parts: list[Tree] = []
         for trees in self._trees(start, stop, now):
             if prefix is None:
                 parts.extend(trees.values())
@@ -324,7 +324,7 @@ class ProfileLog:
 
     def metadata(
         self, start: float | None = None, stop: float | None = None, now: float | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Samples per cycle, for a timeline: ``{"counts": [(time, n)], "keys": {prefix:
         [(time, n)]}}``, time being the cycle's end (``now`` for the current one, which
         is left out without it)."""
@@ -344,7 +344,7 @@ class ProfileLog:
         return {"counts": counts, "keys": keys}
 
 
-def merge_metadata(metas: Iterable[dict], resolution: float) -> dict:
+def merge_metadata(metas: Iterable[dict[Any, Any]], resolution: float) -> dict[Any, Any]:
     """Several workers' ``metadata`` summed per time bin of ``resolution`` seconds.
 
     Workers close their cycles at different moments: each point goes to the bin its

@@ -26,7 +26,7 @@ class GraphSubmitted:
 
     client: str
     specs: dict[Key, Any]
-    dependencies: dict[Key, frozenset]
+    dependencies: dict[Key, frozenset[Key]]
     wanted: list[Key]
     order: dict[Key, int] | None = None
     annotations: dict[str, Any] | None = None
@@ -39,7 +39,7 @@ class TaskFinished:
     key: Key
     worker: str
     nbytes: int
-    startstops: list[tuple] = field(default_factory=list)
+    startstops: list[tuple[Any, ...]] = field(default_factory=list)
     thread: int | None = None
     type_name: str = ""
     stimulus_id: str = ""
@@ -53,7 +53,7 @@ class TaskErred:
     exception: BaseException | None
     traceback: Any
     exception_text: str = ""
-    startstops: list[tuple] = field(default_factory=list)
+    startstops: list[tuple[Any, ...]] = field(default_factory=list)
     thread: int | None = None
     stimulus_id: str = ""
     time: float = 0.0
@@ -184,11 +184,11 @@ class ComputeTask:
     spec: Any
     who_has: dict[Key, tuple[str, ...]]
     nbytes: dict[Key, int]
-    priority: tuple
+    priority: tuple[Any, ...]
     prefix: str
     span_id: str | None
     stimulus_id: str = ""
-    annotation: dict | None = None  # the span's names and ids, for get_annotations()
+    annotation: dict[Any, Any] | None = None  # the span's names and ids, for get_annotations()
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from typing import Any
 
 from .blame import running_tasks
 from .keys import Key, key_group, key_split
+from .lazysets import EMPTY
 from .scheduler_messages import (
     CancelledTasksEnded,
     ClientAdded,
@@ -48,7 +49,6 @@ from .scheduler_messages import (
     WorkerRemoved,
 )
 from .scheduler_tasks import (
-    EMPTY,
     PENDING_STATES,
     ClientRecord,
     TaskGroup,
@@ -75,7 +75,7 @@ class KilledWorker(RuntimeError):
             "run it alone to check, or raise `allowed_failures` if the workers are flaky."
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[KilledWorker], tuple[Key, str, int]]:
         return (KilledWorker, (self.key, self.last_worker, self.allowed_failures))
 
 
@@ -90,12 +90,12 @@ class LostDependency(RuntimeError):
             "Keep a reference to the dependency's future until its dependents are submitted."
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[LostDependency], tuple[Key, Key]]:
         return (LostDependency, (self.key, self.dependency))
 
 
 _priority = attrgetter("priority")
-_NO_INPUTS: dict = {}  # shared by every task without inputs; never mutated
+_NO_INPUTS: dict[Any, Any] = {}  # shared by every task without inputs; never mutated
 MAX_EXTRA_SLOTS = 32  # per thread; see _extra_slots
 # tasks a worker may be processing, beyond one per thread, before no more are sent to it
 # ahead of their inputs (see _send_ahead)
@@ -126,18 +126,20 @@ class SchedulerState:
         self.worker_saturation = worker_saturation
         self.queue_seconds = queue_seconds
         self.allowed_failures = allowed_failures
-        self.queued: list[tuple[tuple, TaskState]] = []  # heap; stale entries skipped
+        self.queued: list[tuple[tuple[Any, ...], TaskState]] = []  # heap; stale entries skipped
         self.unrunnable: set[TaskState] = set()  # restricted to workers that are gone
         self.generation = 0
         self._task_counter = 0  # makes priorities unique: heaps never compare tasks
         self.total_nthreads = 0
-        self.transition_log: deque = deque(maxlen=transition_log_length or None)
+        self.transition_log: deque[tuple[Key, str, str, str]] = deque(
+            maxlen=transition_log_length or None
+        )
         self.log_transitions = transition_log_length > 0
         self.on_transition: TransitionHook | None = None
         # when set, only these (start, finish) pairs reach on_transition: the hook sits on
         # every task's path, and most listeners want few transitions
         self.transition_filter: frozenset[tuple[str, str]] | None = None
-        self._instructions: list = []
+        self._instructions: list[Any] = []
         self._stimulus_id = ""
         self.n_pending = 0  # tasks waiting, queued or processing
         self.busy = False
@@ -145,8 +147,8 @@ class SchedulerState:
 
     # -- the one door -----------------------------------------------------------------
 
-    def handle_stimulus(self, *events: Any) -> list:
-        out: list = []
+    def handle_stimulus(self, *events: Any) -> list[Any]:
+        out: list[Any] = []
         for event in events:
             self._stimulus_id = event.stimulus_id
             self._instructions = out
@@ -217,7 +219,9 @@ class SchedulerState:
             if ts.state == "released" and not ts.who_wants and not ts.dependents:
                 self._forget(ts)
 
-    def _new_task(self, key: Key, spec: Any, span_id: str | None, priority: tuple) -> TaskState:
+    def _new_task(
+        self, key: Key, spec: Any, span_id: str | None, priority: tuple[Any, ...]
+    ) -> TaskState:
         pname = key_split(key)
         prefix = self.task_prefixes.get(pname)
         if prefix is None:
@@ -307,7 +311,7 @@ class SchedulerState:
         """Most dependency bytes held locally, then the least occupied; never a paused
         worker. Cancelled tasks still running on a worker occupy it (``n_ending``)."""
         best = None
-        best_score: tuple = ()
+        best_score: tuple[Any, ...] = ()
         deps = ts.dependencies
         limit_extra = self._extra_slots(ts) if saturate else 0
         for ws in candidates:
@@ -411,7 +415,7 @@ class SchedulerState:
             if ts.processing_on is ws:
                 self._send_ahead(ts, ws)
 
-    def _span_annotation(self, span_id: str | None) -> dict | None:
+    def _span_annotation(self, span_id: str | None) -> dict[Any, Any] | None:
         span = self.spans.spans.get(span_id) if span_id is not None else None
         return span.annotation if span is not None else None
 
@@ -922,7 +926,7 @@ class SchedulerState:
             if only is None or (old, new) in only:
                 hook(ts, old, new, ev)
 
-    def story(self, *keys: Key) -> list[tuple]:
+    def story(self, *keys: Key) -> list[tuple[Any, ...]]:
         """Every logged transition of these keys, oldest first."""
         wanted = set(keys)
         return [entry for entry in self.transition_log if entry[0] in wanted]
@@ -973,7 +977,7 @@ class SchedulerState:
             for ts in cs.wants_what:
                 assert cs in ts.who_wants
         assert self.n_pending == sum(ts.state in PENDING_STATES for ts in self.tasks.values())
-        counts: dict = {}
+        counts: dict[Any, Any] = {}
         for ts in self.tasks.values():
             counts[(ts.group.name, ts.group.span_id, ts.state)] = (
                 counts.get((ts.group.name, ts.group.span_id, ts.state), 0) + 1

@@ -42,7 +42,7 @@ class _Aggregate:
         self.start = 0.0
         self.stop = 0.0
 
-    def add_startstops(self, startstops: list[tuple]) -> None:
+    def add_startstops(self, startstops: list[tuple[Any, ...]]) -> None:
         durations = self.all_durations
         for ss in startstops:
             action, start, stop = ss[0], ss[1], ss[2]
@@ -85,9 +85,9 @@ class TaskPrefix(_Aggregate):
         super().__init__(name)
         self.groups: list[TaskGroup] = []
 
-    @property  # type: ignore[override]
-    def states(self) -> dict[str, int]:
-        total = dict.fromkeys(ALL_STATES, 0)
+    @property
+    def states(self) -> dict[str, int]:  # type: ignore[override]  # read-only: the sum of its groups'
+        total: dict[str, int] = dict.fromkeys(ALL_STATES, 0)
         for group in self.groups:
             for state, n in group.states.items():
                 total[state] += n
@@ -208,7 +208,7 @@ class TaskState:
         "worker_restrictions",
     )
 
-    def __init__(self, key: Key, spec: Any, group: TaskGroup, priority: tuple):
+    def __init__(self, key: Key, spec: Any, group: TaskGroup, priority: tuple[Any, ...]):
         self.key = key
         self.spec = spec
         self.group = group

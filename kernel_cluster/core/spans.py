@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES, TaskGroup, TaskPrefix
@@ -56,8 +57,8 @@ class Span:
         self.children: list[Span] = []
         self.groups: set[TaskGroup] = set()
         self.enqueued = enqueued
-        self.code: list[tuple] = []
-        self._metrics: dict[tuple, float] = {}  # this span's own ("execute", ...) keys
+        self.code: list[tuple[Any, ...]] = []
+        self._metrics: dict[tuple[Any, ...], float] = {}  # this span's own ("execute", ...) keys
         self._nthreads_history = total_nthreads_history
         self._now = now
 
@@ -79,7 +80,7 @@ class Span:
             yield from span.groups
 
     @property
-    def annotation(self) -> dict[str, tuple] | None:
+    def annotation(self) -> dict[str, tuple[Any, ...]] | None:
         """The annotation tasks of this span carry: every name and id from the root."""
         if self.name == DEFAULT and self.parent is None:
             return None
@@ -125,7 +126,7 @@ class Span:
 
     @property
     def states(self) -> dict[str, int]:
-        out = dict.fromkeys(ALL_STATES, 0)
+        out: dict[str, int] = dict.fromkeys(ALL_STATES, 0)
         for g in self.traverse_groups():
             for state, n in g.states.items():
                 out[state] += n
@@ -157,11 +158,11 @@ class Span:
     # -- metrics -------------------------------------------------------------------------------
 
     @property
-    def cumulative_worker_metrics(self) -> dict[tuple, float]:
+    def cumulative_worker_metrics(self) -> dict[tuple[Any, ...], float]:
         """``("execute", prefix, activity, unit)`` summed over the subtree, plus ``idle``:
         the thread-seconds the span had and did not use, so that its seconds add up to
         ``active_cpu_seconds``."""
-        out: dict[tuple, float] = {}
+        out: dict[tuple[Any, ...], float] = {}
         for span in self.traverse_spans():
             add_metrics(out, span._metrics)
         used = sum(v for k, v in out.items() if k[-1] == "seconds")
@@ -172,7 +173,7 @@ class Span:
             )
         return out
 
-    def add_metrics(self, key: tuple, value: float) -> None:
+    def add_metrics(self, key: tuple[Any, ...], value: float) -> None:
         self._metrics[key] = self._metrics.get(key, 0) + value
 
     # -- merging -------------------------------------------------------------------------------
@@ -307,7 +308,7 @@ class SpanTree:
         """``keep_default_spans``: finished default spans kept apart before the oldest
         fold into one (an attribute: change it any time)."""
         self.keep_default_spans = keep_default_spans
-        self.keyed_metrics: dict[tuple, float] | None = None
+        self.keyed_metrics: dict[tuple[Any, ...], float] | None = None
         self.folded: FoldedSpan | None = None
         self._finished_defaults: deque[Span] = deque()
         self._folded_upto = 0  # every default span numbered up to this one is folded
@@ -323,7 +324,9 @@ class SpanTree:
     def nthreads_changed(self, time: float, total: int) -> None:
         self.total_nthreads_history.append((time, total))
 
-    def observe(self, annotation: dict | None, time: float, code: tuple = ()) -> Span:
+    def observe(
+        self, annotation: dict[str, Any] | None, time: float, code: tuple[Any, ...] = ()
+    ) -> Span:
         """The span a submission's tasks belong to, creating it (and its parents).
 
         No annotation: the current default span, or a new one once the last default
@@ -349,11 +352,12 @@ class SpanTree:
                 if span is None:
                     span = self._new(name[: i + 1], span_id, parent, time)
                 parent = span
+            assert span is not None  # ids is not empty: the loop found or made one
         if code and code not in span.code:
             span.code.append(code)
         return span
 
-    def _new(self, name: tuple, span_id: str, parent: Span | None, time: float) -> Span:
+    def _new(self, name: tuple[Any, ...], span_id: str, parent: Span | None, time: float) -> Span:
         span = Span(name, span_id, parent, self.total_nthreads_history, time, self.now)
         self.spans[span_id] = span
         self.spans_search_by_name[name].append(span)
@@ -393,21 +397,21 @@ class SpanTree:
         number = span_id[len(DEFAULT_ID_PREFIX) :]  # type: ignore[index]
         return number.isdigit() and int(number) <= self._folded_upto
 
-    def fold_keys(self, delta: dict[tuple, float]) -> dict[tuple, float]:
+    def fold_keys(self, delta: dict[tuple[Any, ...], float]) -> dict[tuple[Any, ...], float]:
         """``delta`` with the metrics of folded spans keyed by the fold's id (metrics
         of a task can arrive after its span folded)."""
         if self.folded is None:
             return delta
         if not any(len(k) == 5 and self.is_folded(k[1]) for k in delta):
             return delta
-        out: dict[tuple, float] = {}
+        out: dict[tuple[Any, ...], float] = {}
         for key, value in delta.items():
             if len(key) == 5 and self.is_folded(key[1]):
                 key = (key[0], FOLDED_ID, key[2], key[3], key[4])
             out[key] = out.get(key, 0) + value
         return out
 
-    def add_metrics(self, delta: dict[tuple, float]) -> None:
+    def add_metrics(self, delta: dict[tuple[Any, ...], float]) -> None:
         """Worker metrics keyed ("execute", span_id, prefix, activity, unit) go to spans."""
         for key, value in delta.items():
             if key[0] != "execute" or len(key) != 5 or key[1] is None:

@@ -9,7 +9,7 @@ common case (literal arguments) costs one flag test at execution time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .keys import Key, validate_key
@@ -27,7 +27,7 @@ class Ref:
     def __repr__(self) -> str:
         return f"Ref({self.key!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Ref], tuple[Key]]:
         return (Ref, (self.key,))
 
 
@@ -36,7 +36,9 @@ class Call:
 
     __slots__ = ("args", "func", "kwargs", "nested")
 
-    def __init__(self, func: Callable, args: tuple, kwargs: dict | None = None):
+    def __init__(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+    ):
         self.func = func
         self.args = args
         self.kwargs = kwargs or None
@@ -46,7 +48,7 @@ class Call:
         name = getattr(self.func, "__name__", repr(self.func))
         return f"Call({name}, {self.args!r}, {self.kwargs!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[Call], tuple[Any, ...]]:
         return (Call, (self.func, self.args, self.kwargs))
 
 
@@ -60,22 +62,22 @@ class TaskSpec:
 
     __slots__ = ("dependencies", "expr")
 
-    def __init__(self, expr: Any, dependencies: frozenset):
+    def __init__(self, expr: Any, dependencies: frozenset[Key]):
         self.expr = expr
         self.dependencies = dependencies or NO_DEPENDENCIES
 
     @property
-    def func(self) -> Callable | None:
+    def func(self) -> Callable[..., Any] | None:
         return self.expr.func if type(self.expr) is Call else None
 
     def __repr__(self) -> str:
         return f"TaskSpec({self.expr!r}, deps={sorted(map(str, self.dependencies))})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[TaskSpec], tuple[Any, frozenset[Key]]]:
         return (TaskSpec, (self.expr, self.dependencies))
 
 
-def holds_refs(values: Iterable) -> bool:
+def holds_refs(values: Iterable[Any]) -> bool:
     """Whether any value is (or contains, in lists and dicts) a Ref or a Call."""
     for v in values:
         t = type(v)
@@ -91,22 +93,24 @@ def holds_refs(values: Iterable) -> bool:
 class GraphError(ValueError):
     """A graph that cannot run: a cycle, a missing key or a malformed task."""
 
-    def __init__(self, message: str, *, keys: tuple = ()):
+    def __init__(self, message: str, *, keys: tuple[Key, ...] = ()):
         super().__init__(message)
         self.keys = keys
 
-    def __reduce__(self):
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[[str, tuple[Key, ...]], GraphError], tuple[str, tuple[Key, ...]]]:
         return (_rebuild_graph_error, (str(self), self.keys))
 
 
-def _rebuild_graph_error(message: str, keys: tuple) -> GraphError:
+def _rebuild_graph_error(message: str, keys: tuple[Key, ...]) -> GraphError:
     return GraphError(message, keys=keys)
 
 
 # -- evaluation ----------------------------------------------------------------------
 
 
-def evaluate(expr: Any, data: Mapping) -> Any:
+def evaluate(expr: Any, data: Mapping[Key, Any]) -> Any:
     """Compute ``expr`` with ``data`` holding the values of its references."""
     t = type(expr)
     if t is Call:
@@ -121,7 +125,7 @@ def evaluate(expr: Any, data: Mapping) -> Any:
     return _substitute(expr, data)
 
 
-def _substitute(value: Any, data: Mapping) -> Any:
+def _substitute(value: Any, data: Mapping[Key, Any]) -> Any:
     t = type(value)
     if t is Ref:
         return data[value.key]
@@ -141,7 +145,7 @@ def _is_task_tuple(value: Any) -> bool:
     return type(value) is tuple and len(value) > 0 and callable(value[0])
 
 
-def _convert(value: Any, keys: Mapping, deps: set) -> Any:
+def _convert(value: Any, keys: Mapping[Key, Any], deps: set[Key]) -> Any:
     t = type(value)
     if t is tuple:
         if value and callable(value[0]):
@@ -167,7 +171,9 @@ def _convert(value: Any, keys: Mapping, deps: set) -> Any:
     return value
 
 
-def parse_graph(dsk: Mapping, known_keys: Mapping | frozenset = frozenset()) -> dict[Key, TaskSpec]:
+def parse_graph(
+    dsk: Mapping[Key, Any], known_keys: Mapping[Key, Any] | frozenset[Key] = frozenset()
+) -> dict[Key, TaskSpec]:
     """Turn the seeds' dict graph into task specs; references may also name ``known_keys``.
 
     Raises GraphError for cycles and TypeError for keys of the wrong type, before
@@ -179,10 +185,10 @@ def parse_graph(dsk: Mapping, known_keys: Mapping | frozenset = frozenset()) -> 
         )
     for key in dsk:
         validate_key(key)
-    lookup: Mapping = dsk if not known_keys else _ChainKeys(dsk, known_keys)
+    lookup: Mapping[Key, Any] = dsk if not known_keys else _ChainKeys(dsk, known_keys)
     specs: dict[Key, TaskSpec] = {}
     for key, value in dsk.items():
-        deps: set = set()
+        deps: set[Key] = set()
         try:
             expr = _convert(value, lookup, deps)
         except RecursionError:
@@ -194,19 +200,19 @@ def parse_graph(dsk: Mapping, known_keys: Mapping | frozenset = frozenset()) -> 
     return specs
 
 
-class _ChainKeys(Mapping):
+class _ChainKeys(Mapping[Key, Any]):
     """Membership over two key collections without copying either."""
 
-    def __init__(self, first: Mapping, second: Mapping | frozenset):
+    def __init__(self, first: Mapping[Key, Any], second: Mapping[Key, Any] | frozenset[Key]):
         self.first, self.second = first, second
 
     def __contains__(self, key: object) -> bool:
         return key in self.first or key in self.second
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Key) -> Any:
         raise KeyError(key)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Key]:
         yield from self.first
         yield from self.second
 
@@ -216,7 +222,7 @@ class _ChainKeys(Mapping):
 
 def check_acyclic(specs: Mapping[Key, TaskSpec]) -> None:
     """Raise GraphError naming a cycle if the graph has one (iterative, no recursion)."""
-    state: dict = {}  # key -> 1 visiting, 2 done
+    state: dict[Key, int] = {}  # key -> 1 visiting, 2 done
     for root in specs:
         if state.get(root) == 2:
             continue
@@ -273,21 +279,21 @@ def graph_order(specs: Mapping[Key, TaskSpec], outputs: Iterable[Key]) -> dict[K
     return order
 
 
-def _sort_key(key: Key) -> tuple:
+def _sort_key(key: Key) -> tuple[str, str]:
     return (str(type(key)), str(key))
 
 
-def flatten_keys(keys: Any) -> list:
+def flatten_keys(keys: Any) -> list[Any]:
     """All keys in a (nested) list of keys, in order."""
     if type(keys) is list:
-        out: list = []
+        out: list[Any] = []
         for k in keys:
             out.extend(flatten_keys(k))
         return out
     return [keys]
 
 
-def pack_results(keys: Any, results: Mapping) -> Any:
+def pack_results(keys: Any, results: Mapping[Key, Any]) -> Any:
     """Results shaped like the (nested) list of keys asked for."""
     if type(keys) is list:
         return [pack_results(k, results) for k in keys]

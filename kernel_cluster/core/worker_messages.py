@@ -19,11 +19,11 @@ class ComputeRequested:
     spec: Any
     who_has: Mapping[Key, tuple[str, ...]]
     nbytes: Mapping[Key, int]
-    priority: tuple
+    priority: tuple[Any, ...]
     prefix: str
     span_id: str | None = None
     stimulus_id: str = ""
-    annotation: dict | None = None
+    annotation: dict[Any, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -45,7 +45,7 @@ class ExecuteSucceeded:
     value: Any
     nbytes: int
     type_name: str
-    startstops: list[tuple]
+    startstops: list[tuple[Any, ...]]
     thread: int | None = None
     stimulus_id: str = ""
     # the task the same thread went on to run with this value (see ExecuteAfter)
@@ -58,7 +58,7 @@ class ExecuteFailed:
     exception: BaseException
     traceback: Any
     exception_text: str
-    startstops: list[tuple]
+    startstops: list[tuple[Any, ...]]
     thread: int | None = None
     stimulus_id: str = ""
 
@@ -133,7 +133,7 @@ class SendTaskFinished:
     key: Key
     nbytes: int
     type_name: str
-    startstops: list[tuple]
+    startstops: list[tuple[Any, ...]]
     thread: int | None
     stimulus_id: str = ""
 
@@ -145,7 +145,7 @@ class SendTaskErred:
     exception: BaseException | bytes  # pickled by a worker in another process
     traceback: Any
     exception_text: str
-    startstops: list[tuple]
+    startstops: list[tuple[Any, ...]]
     thread: int | None
     stimulus_id: str = ""
 

@@ -86,16 +86,16 @@ class WorkerTask:
         self.key = key
         self.state: WorkerTaskStateName = "released"
         self.spec: Any = None
-        self.priority: tuple = ()
+        self.priority: tuple[Any, ...] = ()
         self.prefix = ""
         self.span_id: str | None = None
-        self.annotation: dict | None = None
+        self.annotation: dict[Any, Any] | None = None
         self.dependencies: WorkerTaskSet = EMPTY
         self.dependents: WorkerTaskSet = EMPTY
         self.waiting_for_data: WorkerTaskSet = EMPTY
         self.who_has: tuple[str, ...] = ()
         self.nbytes = 0
-        self.startstops: tuple[tuple, ...] = ()
+        self.startstops: tuple[tuple[Any, ...], ...] = ()
         self.requested = False  # the scheduler asked this worker to compute it
         self.offered = False  # waiting, and offered to the thread of its input (ExecuteAfter)
         self.cancelled = False
@@ -139,7 +139,7 @@ class WorkerState:
         *,
         address: str,
         nthreads: int,
-        data: MutableMapping | None = None,
+        data: MutableMapping[Key, Any] | None = None,
         prefetch: int | None = None,
         max_concurrent_gathers: int = 8,
         max_gather_nbytes: int = 64 * 2**20,
@@ -150,9 +150,9 @@ class WorkerState:
         # Tasks handed to the thread pool beyond one per thread, so threads go from
         # task to task without waiting for the event loop; results come back in batches.
         self.prefetch = max(8, 2 * nthreads) if prefetch is None else prefetch
-        self.data: MutableMapping = {} if data is None else data
+        self.data: MutableMapping[Key, Any] = {} if data is None else data
         self.tasks: dict[Key, WorkerTask] = {}
-        self.ready: list[tuple[tuple, WorkerTask]] = []  # heap; stale entries skipped
+        self.ready: list[tuple[tuple[Any, ...], WorkerTask]] = []  # heap; stale entries skipped
         self.executing: set[WorkerTask] = set()
         self.alone: set[WorkerTask] = set()  # suspects to run alone; pruned lazily
         self.fetch: set[WorkerTask] = set()
@@ -160,13 +160,15 @@ class WorkerState:
         self.paused = False
         self.max_concurrent_gathers = max_concurrent_gathers
         self.max_gather_nbytes = max_gather_nbytes
-        self.transition_log: deque = deque(maxlen=transition_log_length or None)
+        self.transition_log: deque[tuple[Key, str, str, str]] = deque(
+            maxlen=transition_log_length or None
+        )
         self.on_transition: Callable[[WorkerTask, str, str], None] | None = None
-        self._out: list = []
+        self._out: list[Any] = []
         self._stimulus_id = ""
 
-    def handle_stimulus(self, *events: Any) -> list:
-        out: list = []
+    def handle_stimulus(self, *events: Any) -> list[Any]:
+        out: list[Any] = []
         self._out = out
         for event in events:
             self._stimulus_id = event.stimulus_id
@@ -178,7 +180,7 @@ class WorkerState:
 
     # -- scheduler requests -----------------------------------------------------------
 
-    def _handle_compute_requested(self, ev: ComputeRequested) -> None:
+    def _handle_compute_requested(self, ev: ComputeRequested | ComputeTask) -> None:
         ts = self.tasks.get(ev.key)
         if ts is None:
             ts = self.tasks[ev.key] = WorkerTask(ev.key)
@@ -567,7 +569,7 @@ class WorkerState:
         if self.on_transition is not None:
             self.on_transition(ts, old, new)
 
-    def story(self, *keys: Key) -> list[tuple]:
+    def story(self, *keys: Key) -> list[tuple[Any, ...]]:
         wanted = set(keys)
         return [entry for entry in self.transition_log if entry[0] in wanted]
 

@@ -34,7 +34,7 @@ MetricKey = tuple[str | None, str | None, str | None, str | None, str | None]
 _NONE = 0  # string table index 0 stands for "no value" (idle has no span or function)
 
 
-def metric_key(key: tuple) -> MetricKey | None:
+def metric_key(key: tuple[Any, ...]) -> MetricKey | None:
     """A worker metric key as five fields, or None for keys that are not metrics.
 
     ``("execute", span, prefix, activity, unit)`` stays as it is; the three-field keys
@@ -77,7 +77,9 @@ class MetricsFeed:
             i = self._strings[s] = len(self._string_list)  # 1-based: 0 is None
         return i
 
-    def update(self, metrics: Mapping[tuple, float], full: bool = False) -> Message | None:
+    def update(
+        self, metrics: Mapping[tuple[Any, ...], float], full: bool = False
+    ) -> Message | None:
         """The message that brings the browser to ``metrics``; None if it is there."""
         n_strings, n_rows = len(self._string_list), len(self._row_keys)
         changed: list[int] = []

@@ -80,6 +80,7 @@ class MemorySampler:
                 continue
             times = [t for t, _ in series]
             values = [v for _, v in series]
+            index: pd.Index
             if align:
                 index = pd.to_timedelta([t - times[0] for t in times], unit="s")
             else:

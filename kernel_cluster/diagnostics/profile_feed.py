@@ -54,7 +54,7 @@ def flatten(
             strings.append(text)
         return i
 
-    cols = {k: array(t) for k, t in zip(_COLUMNS, "iddIIII")}
+    cols: dict[str, array[Any]] = {k: array(t) for k, t in zip(_COLUMNS, "iddIIII")}
     parent, count, own = cols["parent"], cols["count"], cols["own"]
     name, file, line, text = cols["name"], cols["file"], cols["line"], cols["text"]
     stack: list[tuple[int, Tree]] = [(-1, tree)]

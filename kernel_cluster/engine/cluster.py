@@ -552,7 +552,7 @@ def _worker_config(
     threads_per_worker: int | None,
     memory_limit: int | float | str | None,
     base: WorkerConfig | None,
-    settings: dict[str, Any],
+    settings: WorkerSettings,
 ) -> WorkerConfig:
     """The workers' config from KernelCluster's arguments (ValueError naming a bad one)."""
     if base is not None and not isinstance(base, WorkerConfig):

@@ -8,14 +8,14 @@ import time
 import traceback as tb_module
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 import cloudpickle
 import tblib
 
 from ..core import spec as spec_module
 from ..core.keys import Key
-from ..core.metrics import MeterFrame, TaskTiming, ThreadAccount
+from ..core.metrics import GroupTotals, MeterFrame, TaskTiming, ThreadAccount
 from ..core.sizeof import sizeof
 from ..core.worker_messages import ExecuteFailed, ExecuteSucceeded
 from .meter import context_meter
@@ -205,7 +205,8 @@ class TaskRunner:
                 # idle in between): a stream of tiny tasks, where a call would cost a
                 # third of it
                 account.mark = t_end
-                totals = account.last_totals
+                # set with last_group: not None here (a check would cost a test per task)
+                totals: GroupTotals = account.last_totals  # type: ignore[assignment]
                 totals.executor += t_got - mark
             else:
                 totals = account.totals_for(group, submitted, t_got, t_end)
@@ -482,7 +483,16 @@ class _ExceptionCopy:
         return (_rebuild_exception, (type(exc), exc.args, getattr(exc, "__dict__", None)))
 
 
-def unpack_exception(payload: Any, tb_data: Any, text: str = "") -> tuple[BaseException, Any]:
+# None (no exception) passes through; anything else comes back as an exception
+@overload
+def unpack_exception(payload: None, tb_data: Any, text: str = "") -> tuple[None, Any]: ...
+@overload
+def unpack_exception(
+    payload: object, tb_data: Any, text: str = ""
+) -> tuple[BaseException, Any]: ...
+def unpack_exception(
+    payload: Any, tb_data: Any, text: str = ""
+) -> tuple[BaseException | None, Any]:
     """The inverse of ``pack_exception``; objects made in this process pass through."""
     if isinstance(payload, BaseException) or payload is None:
         return payload, tb_data

@@ -12,13 +12,14 @@ import concurrent.futures
 import contextvars
 import selectors
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, TypeVarTuple, overload
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
-class _WakeSelector(selectors.DefaultSelector):  # type: ignore[misc, valid-type]
+class _WakeSelector(selectors.DefaultSelector):
     """Waits on a lock instead of the kernel's selector while nothing but the loop's own
     wake-up socket is registered (embedded workers: no sockets at all).
 
@@ -63,7 +64,7 @@ class _EngineLoop(asyncio.SelectorEventLoop):
         selector = self._wake_selector
         selector.wake()
         if not selector.lock_mode:  # waiting in epoll: it needs the byte on the socket
-            super()._write_to_self()
+            super()._write_to_self()  # type: ignore[misc]  # private to asyncio: not in typeshed
 
 
 class LoopThread:
@@ -103,16 +104,26 @@ class LoopThread:
         """
         self.loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
 
+    # a coroutine function's result is what its coroutine returns, a function's its own
+    @overload
     def run(
-        self, fn: Callable[..., Awaitable[T] | T], *args: Any, timeout: float | None = None
-    ) -> T:
+        self,
+        fn: Callable[[*Ts], Coroutine[Any, Any, T]],
+        *args: *Ts,
+        timeout: float | None = None,
+    ) -> T: ...
+
+    @overload
+    def run(self, fn: Callable[[*Ts], T], *args: *Ts, timeout: float | None = None) -> T: ...
+
+    def run(self, fn: Callable[[*Ts], Any], *args: *Ts, timeout: float | None = None) -> Any:
         """Run ``fn(*args)`` (a function or coroutine function) on the loop and wait for it."""
         if self.in_loop_thread():
             raise RuntimeError(
                 "This call blocks until the engine answers and cannot be made from the engine's "
                 "own event loop; use the asynchronous API there."
             )
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def start() -> None:
             try:
@@ -123,7 +134,7 @@ class LoopThread:
             if asyncio.iscoroutine(result):
                 task = self.loop.create_task(result)
 
-                def done(t: asyncio.Task) -> None:
+                def done(t: asyncio.Task[Any]) -> None:
                     if t.cancelled():
                         future.cancel()
                     elif t.exception() is not None:

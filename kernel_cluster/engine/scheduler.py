@@ -64,6 +64,10 @@ class DataSource(Protocol):
 
     async def get_data(self, peer: str, keys: list[Key]) -> tuple[dict, dict]: ...
 
+    async def run(self, peer: str, fn: Any) -> Any:
+        """``fn()`` on the worker at ``peer`` (``client.run``)."""
+        ...
+
 
 class Scheduler:
     def __init__(

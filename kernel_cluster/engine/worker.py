@@ -473,7 +473,7 @@ class Worker:
     # -- fine performance metrics -----------------------------------------------------
 
     def _charge_storing(self, label: Any, value: float, unit: str) -> None:
-        key = getattr(self.data, "storing", None)
+        key: Any = getattr(self.data, "storing", None)  # the key being stored, or None
         ts = self.state.tasks.get(key) if key is not None else None
         if ts is not None:
             self.metrics.add(("execute", ts.span_id, ts.prefix, label, unit), value)
@@ -878,7 +878,7 @@ class Worker:
         import inspect
 
         try:
-            params = inspect.signature(fn).parameters
+            params: Any = inspect.signature(fn).parameters  # or {}: names are looked up
         except (TypeError, ValueError):
             params = {}
         result = fn(dask_worker=self) if "dask_worker" in params else fn()

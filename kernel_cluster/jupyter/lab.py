@@ -225,9 +225,9 @@ class Channel:
             elif kind == "profile":
                 self.profile = {k: request[k] for k in ("prefix", "start", "stop")}
                 self._select_profile()
-                publisher = self.publishers.get("profile")
-                if publisher is not None:  # someone is waiting for this one: no rate bound
-                    publisher.tick(force=True)
+                waiting = self.publishers.get("profile")
+                if waiting is not None:  # someone is waiting for this one: no rate bound
+                    waiting.tick(force=True)
 
     def close(self) -> None:
         self.closed = True
@@ -391,7 +391,8 @@ def register() -> bool:
     from comm import get_comm_manager
 
     h = hub()
-    get_comm_manager().register_target(TARGET, h.opened)
+    # comm types the handler as returning None; what it returns is ignored
+    get_comm_manager().register_target(TARGET, h.opened)  # type: ignore[arg-type]
     try:
         h.announce()
     except Exception:  # no front-end to talk to (a console, a test kernel)

@@ -16,19 +16,25 @@ from __future__ import annotations
 
 import ast
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..diagnostics.spans import span
 
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
 USAGE = "%%span TAG [TAG ...]  (cell)   or   %span TAG [TAG ...] -- statement  (line)"
 
 
 @magics_class
 class SpanMagics(Magics):
-    @line_cell_magic("span")
+    shell: InteractiveShell  # set by IPython when it registers the magics
+
+    # IPython's types take the decorator's name form for Never
+    @line_cell_magic("span")  # type: ignore[arg-type]
     def span_magic(self, line: str, cell: str | None = None) -> Any:
         if cell is None:
             if "--" not in line:
@@ -47,7 +53,11 @@ class SpanMagics(Magics):
     def _run(self, code: str) -> Any:
         """Run like a cell: statements, then the last expression's value is the result."""
         tree = ast.parse(code)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        last = tree.body[-1] if tree.body else None
+        if isinstance(last, ast.Expr):
+            tree.body.pop()
+        else:
+            last = None
         ns = self.shell.user_ns
         if tree.body:
             exec(compile(tree, "<span cell>", "exec"), ns)

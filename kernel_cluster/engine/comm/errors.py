@@ -24,6 +24,8 @@ the wrong secret never helps, so reconnect loops should let them through.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AuthenticationError",
     "CommClosedError",
@@ -53,7 +55,7 @@ class CommError(OSError):
             return f"{self.address}: {self.reason}"
         return self.reason
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self) -> tuple[Any, ...]:
         # OSError's own reduce would rebuild from ``args`` (the message only).
         return (type(self), (self.address, self.reason))
 
@@ -116,7 +118,7 @@ class SerializationError(TypeError):
     def hint(self) -> str:
         return _RECEIVE_HINT if self.receiving else _SEND_HINT
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.what, self.type_name, self.reason, self.receiving))
 
 
@@ -142,5 +144,5 @@ class MessageTooLargeError(ValueError):
             f"with the environment variable {MAX_MESSAGE_SIZE_ENV} before the cluster starts."
         )
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.what, self.size, self.limit, self.detail))

@@ -146,7 +146,7 @@ class FrameDecoder:
 
     def _start_message(self) -> None:
         self._stage = _STAGE_PREAMBLE
-        self._target = bytearray(_PREAMBLE.size)
+        self._target: Frame = bytearray(_PREAMBLE.size)
         self._filled = 0
         self._lengths: tuple[int, ...] = ()
         self._frames: list[Frame] = []

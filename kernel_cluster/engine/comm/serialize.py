@@ -34,7 +34,7 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import lz4.block
@@ -42,6 +42,9 @@ import msgpack
 
 from ..meter import context_meter
 from .errors import ProtocolError, SerializationError
+
+if TYPE_CHECKING:
+    import mmap
 
 __all__ = ["OUT_OF_BAND_THRESHOLD", "check_serializable", "dumps", "loads"]
 
@@ -198,13 +201,13 @@ def _dumps(msg: Any, threshold: int, compress: bool) -> list[bytes | memoryview]
     return encoder.frames
 
 
-def loads(frames: Sequence[bytes | bytearray | memoryview]) -> Any:
+def loads(frames: Sequence[bytes | bytearray | memoryview | mmap.mmap]) -> Any:
     """Decode the frames of one message (as made by ``dumps``)."""
     with context_meter.meter("deserialize"):
         return _loads(frames)
 
 
-def _loads(frames: Sequence[bytes | bytearray | memoryview]) -> Any:
+def _loads(frames: Sequence[bytes | bytearray | memoryview | mmap.mmap]) -> Any:
     if not frames:
         raise ProtocolError(reason="a message needs at least one frame")
 

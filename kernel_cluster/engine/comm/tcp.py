@@ -44,6 +44,7 @@ from .errors import AuthenticationError, CommClosedError, ProtocolError
 from .frames import (
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_MESSAGE_SIZE,
+    Frame,
     FrameDecoder,
     encode_header,
     max_message_size_setting,
@@ -137,7 +138,7 @@ class TcpComm(Comm):
         except ProtocolError as exc:
             raise self._broken(exc.reason) from exc
 
-    async def _read_frames(self) -> list[bytearray]:
+    async def _read_frames(self) -> list[Frame]:
         decoder = self._decoder
         while True:
             frames = decoder.next_message()
@@ -149,7 +150,8 @@ class TcpComm(Comm):
                 if self._pending_read is None:
                     if decoder.in_message and decoder.bytes_needed >= _DIRECT_READ_MIN:
                         target = decoder.get_buffer()[:_DIRECT_READ_MAX]
-                        self._pending_read = self._stream.read_into(target, partial=True)
+                        # tornado types the buffer as bytearray; any writable buffer will do
+                        self._pending_read = self._stream.read_into(target, partial=True)  # type: ignore[arg-type]
                     else:
                         self._pending_read = self._stream.read_bytes(_READ_CHUNK, partial=True)
                 # Shielded: if our caller is cancelled (a timeout around read()),
