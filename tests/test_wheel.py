@@ -1,0 +1,65 @@
+"""The wheel is all a user needs: in a fresh virtual environment, ``pip install`` of it
+(and JupyterLab) gives the lab extension, enabled and OK, with no Node and no
+``jupyter labextension install``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_fresh_venv_gets_the_lab_extension_from_the_wheel(tmp_path: Path) -> None:
+    if not (ROOT / "kernel_cluster" / "labextension" / "package.json").exists():
+        pytest.fail("the lab extension is not built: run `make bundles` first")
+    dist = tmp_path / "dist"
+    # the bundles were built from these sources by `make`: the wheel takes them as they are
+    env = {**os.environ, "SKIP_JUPYTER_BUILDER": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
+        check=True,
+        env=env,
+        timeout=600,
+    )
+    (wheel,) = dist.glob("kernel_cluster-*.whl")
+    fresh = tmp_path / "fresh"
+    venv.create(fresh, with_pip=True)
+    py = fresh / "bin" / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "--quiet", str(wheel), "jupyterlab"],
+        check=True,
+        timeout=600,
+    )
+    listed = subprocess.run(
+        [str(fresh / "bin" / "jupyter"), "labextension", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    out = listed.stdout + listed.stderr
+    line = next((ln for ln in out.splitlines() if "@kernel-cluster/lab" in ln), "")
+    assert "enabled" in line and "OK" in line, out
+    # the package's own files came with it: the widget bundles the views load
+    static = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import kernel_cluster, pathlib; print(pathlib.Path("
+            "kernel_cluster.__file__).parent / 'jupyter' / 'static' / 'widget.js')",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        timeout=60,
+    ).stdout.strip()
+    assert Path(static).is_file() and str(fresh) in static
