@@ -12,6 +12,16 @@ export interface WidgetModel {
   send(content: unknown, callbacks?: unknown, buffers?: ArrayBuffer[]): void;
 }
 
+/** Where a view keeps the state it shares with its host: the widget model's synced
+ * traits in a notebook, a plain object in a static report. Here, apart from the
+ * views and their mounting, so that every module can take one without importing
+ * mount.ts (which imports them all). */
+export interface Binding {
+  get(name: string): unknown;
+  set(values: Record<string, unknown>): void;
+  onChange(names: string[], listener: () => void): () => void;
+}
+
 /** Binary payloads as the transports hand them over. */
 export type Buffer = ArrayBuffer | ArrayBufferView;
 
