@@ -8,8 +8,9 @@
 // double-click (or "Fit") shows everything and follows new tasks again; hovering
 // names the task. What is in view and where (the layout) is computed in
 // taskStreamLayout.ts; this module draws it and handles events.
+import { ticks, tickStep } from 'd3-array';
 import { ACTION_COLORS } from './colors';
-import { capture, FrameScheduler, formatOffset, onThemeChange, sizeCanvas, themeColor, ticks } from './canvas';
+import { capture, FrameScheduler, formatOffset, onThemeChange, sizeCanvas, themeColor } from './canvas';
 import { h, Tooltip } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import type { Store } from './store';
@@ -207,8 +208,9 @@ export class TaskStreamView {
     const [a, b] = this.domain;
     const origin = Number.isFinite(t.minStart) ? t.minStart : a;
     const w = this.plotWidth();
-    const marks = ticks(a - origin, b - origin, Math.max(2, Math.floor(w / 90)));
-    const step = marks.length > 1 ? marks[1] - marks[0] : b - a;
+    const count = Math.max(2, Math.floor(w / 90));
+    const marks = ticks(a - origin, b - origin, count);
+    const step = tickStep(a - origin, b - origin, count);
     ctx.fillStyle = border;
     ctx.fillRect(GUTTER, plotH, w, 1);
     ctx.fillStyle = fg;
