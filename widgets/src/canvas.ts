@@ -1,5 +1,6 @@
 // What the canvas views share: sizing for the screen's pixel ratio, frame
-// scheduling, growable typed columns, binary search, and time-axis ticks.
+// scheduling, growable typed columns, binary search, and time-axis labels (the
+// ticks themselves are d3-array's).
 
 /** Size a canvas for ``width`` x ``height`` CSS pixels; its 2D context, or null
  * where there is none (jsdom). The context draws in CSS pixels. */
@@ -91,18 +92,6 @@ export function lowerBound(order: ArrayLike<number>, n: number, key: (i: number)
     else hi = mid;
   }
   return lo;
-}
-
-/** Round tick positions covering [a, b], about ``count`` of them. */
-export function ticks(a: number, b: number, count: number): number[] {
-  const span = b - a;
-  if (!(span > 0) || !Number.isFinite(span)) return [];
-  const raw = span / Math.max(count, 1);
-  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag;
-  const out: number[] = [];
-  for (let t = Math.ceil(a / step) * step; t <= b + step * 1e-9; t += step) out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
-  return out;
 }
 
 /** A time offset in seconds as a short axis label. */

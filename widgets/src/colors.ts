@@ -1,6 +1,14 @@
 // One colour per activity, the same in every panel, every update and every view.
-// Known activities get fixed colours chosen to read on light and dark backgrounds;
-// any other (a user's digest_metric) gets one from a hash of its name.
+// Known activities get fixed colours chosen to read on light and dark backgrounds
+// (kernel_cluster/jupyter/memory.py draws with some of the same); any other (a
+// user's digest_metric) gets one from a hash of its name. The palettes are d3's
+// (d3-scale-chromatic), picked from, not written out here.
+import {
+  interpolateYlOrRd,
+  schemeCategory10,
+  schemeDark2,
+  schemeTableau10,
+} from 'd3-scale-chromatic';
 
 const KNOWN: Record<string, string> = {
   'thread-cpu': '#3b7dd8',
@@ -21,10 +29,8 @@ const KNOWN: Record<string, string> = {
   tasks: '#5a9bd5',
 };
 
-const EXTRA = [
-  '#4e79a7', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#76b7b2', '#e15759',
-  '#9c755f', '#bab0ac', '#86bcb6', '#d4a6c8', '#f1ce63', '#499894', '#b6992d',
-];
+/** For the other activities: Tableau's ten, but its orange, which thread-noncpu has. */
+const EXTRA = schemeTableau10.filter((c) => c !== '#f28e2c');
 
 export function hashString(s: string): number {
   let h = 0x811c9dc5; // FNV-1a, 32 bits
@@ -53,13 +59,17 @@ export const ACTION_COLORS: Record<string, string> = {
   deserialize: '#9a9a9a',
 };
 
+/** Scheme colours that read as red, orange, amber or gray: the actions' hues. */
+const ACTION_LIKE = new Set([
+  '#ff7f0e', '#d62728', '#7f7f7f', // Category10
+  '#d95f02', '#e6ab02', '#a6761d', '#666666', // Dark2
+  '#f28e2c', '#e15759', '#bab0ab', // Tableau10
+]);
+
 /** Colours for task prefixes, given out in the order prefixes appear: none red,
- * orange or gray, so that the actions stand out, and neighbours far apart. */
-export const PREFIX_PALETTE = [
-  '#1f77b4', '#2ca02c', '#9467bd', '#17becf', '#e377c2', '#bcbd22', '#8c564b', '#3c5488',
-  '#66a61e', '#e7298a', '#4dbbd5', '#6a3d9a', '#1b9e77', '#f0e442', '#7e6148', '#a6cee3',
-  '#b2df8a', '#cab2d6', '#00a087', '#393b79',
-];
+ * orange or gray, so that the actions stand out, and neighbours far apart
+ * (Category10's, then Dark2's, then Tableau10's). */
+export const PREFIX_PALETTE = [...schemeCategory10, ...schemeDark2, ...schemeTableau10].filter((c) => !ACTION_LIKE.has(c));
 
 /** Hands out palette colours to names in the order they are first asked for. */
 export class ColorAssigner {
@@ -77,11 +87,9 @@ export class ColorAssigner {
   }
 }
 
-/** Warm colours for a flame graph's frames, one per source file. */
-export const FLAME_PALETTE = [
-  '#e45f3c', '#f08a4b', '#f4a259', '#f6c453', '#e9d66b', '#d9774b', '#eb6f5a', '#f29e6d',
-  '#c9683f', '#f7b267', '#e8845c', '#dda15e', '#f4d35e', '#ee964b', '#d65f5f', '#f2b880',
-];
+/** Warm colours for a flame graph's frames, one per source file: 16 shades of
+ * YlOrRd, light enough for the frames' dark labels. */
+export const FLAME_PALETTE = Array.from({ length: 16 }, (_, i) => interpolateYlOrRd(0.2 + (0.45 * i) / 15));
 
 export function fileColor(file: string): number {
   return hashString(file) % FLAME_PALETTE.length;

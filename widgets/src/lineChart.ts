@@ -1,8 +1,9 @@
 // A small SVG line chart (a few series of up to some thousand points): memory
 // over time and bandwidth over time in the report. Hovering shows every series'
 // value at the nearest time.
+import { tickStep } from 'd3-array';
 import { scaleLinear } from 'd3-scale';
-import { formatOffset, ticks } from './canvas';
+import { formatOffset } from './canvas';
 import type { Tooltip } from './dom';
 
 export interface Series {
@@ -49,8 +50,9 @@ export function lineChart(host: HTMLElement, series: Series[], opts: LineChartOp
     label.textContent = opts.format(t);
     svg.append(label);
   }
-  const marks = ticks(x0, x1, Math.max(2, Math.floor((width - left) / 90)));
-  const step = marks.length > 1 ? marks[1] - marks[0] : x1 - x0;
+  const count = Math.max(2, Math.floor((width - left) / 90));
+  const marks = x.ticks(count);
+  const step = tickStep(x0, x1, count);
   for (const t of marks) {
     const label = el('text', { x: x(t), y: height - 4, 'text-anchor': 'middle', class: 'kc-axis' });
     label.textContent = formatOffset(t, step);

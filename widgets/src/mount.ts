@@ -9,14 +9,11 @@ import { ProgressView } from './progress';
 import { SpanTreeView } from './spanTree';
 import { TaskStreamView } from './taskStream';
 import type { Store } from './store';
+import type { Binding } from './types';
+
+export type { Binding };
 
 export type Kind = 'fine-metrics' | 'span-tree' | 'progress' | 'dashboard' | 'task-stream' | 'flame-graph';
-
-export interface Binding {
-  get(name: string): unknown;
-  set(values: Record<string, unknown>): void;
-  onChange(names: string[], listener: () => void): () => void;
-}
 
 /** Traits that hold the fine metrics filters, by filter name. */
 const TRAITS: Record<keyof Filters, string> = {

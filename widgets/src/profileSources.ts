@@ -2,10 +2,9 @@
 // (the kernel reads the profile of the prefix and window chosen), or the trees a
 // static page carries, one per task prefix (no time window there).
 import type { ProfileSource } from './flameGraph';
-import type { Binding } from './mount';
 import type { FlatProfile } from './profileData';
 import type { Store } from './store';
-import type { ProfileSelection, Timeline } from './types';
+import type { Binding, ProfileSelection, Timeline } from './types';
 
 function same(a: ProfileSelection, b: ProfileSelection): boolean {
   return (a.prefix ?? null) === (b.prefix ?? null) && (a.start ?? null) === (b.start ?? null) && (a.stop ?? null) === (b.stop ?? null);

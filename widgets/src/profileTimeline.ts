@@ -1,7 +1,8 @@
 // Samples per profile cycle over time, under the flame graph: bars on a canvas,
 // and a brush (drag across) that chooses the time window the profile covers;
 // double-click clears it.
-import { capture, FrameScheduler, sizeCanvas, themeColor, ticks } from './canvas';
+import { ticks } from 'd3-array';
+import { capture, FrameScheduler, sizeCanvas, themeColor } from './canvas';
 import { h } from './dom';
 
 /** A time (seconds since the epoch) as the local clock shows it: 14:03:27. */

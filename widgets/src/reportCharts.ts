@@ -4,7 +4,7 @@
 import { h, Tooltip } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import { lineChart } from './lineChart';
-import { shortWorker } from './taskStream';
+import { shortWorker } from './taskStreamLayout';
 
 export interface MemorySection {
   time: number[];

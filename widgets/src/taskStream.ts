@@ -6,50 +6,24 @@
 // are written as pixels, one colour per row and pixel, so a hundred thousand cost
 // about what the screen has pixels. Wheel zooms around the pointer, drag pans,
 // double-click (or "Fit") shows everything and follows new tasks again; hovering
-// names the task.
+// names the task. What is in view and where (the layout) is computed in
+// taskStreamLayout.ts; this module draws it and handles events.
+import { ticks, tickStep } from 'd3-array';
 import { ACTION_COLORS } from './colors';
-import { capture, FrameScheduler, formatOffset, lowerBound, onThemeChange, sizeCanvas, themeColor, ticks } from './canvas';
+import { capture, FrameScheduler, formatOffset, onThemeChange, sizeCanvas, themeColor } from './canvas';
 import { h, Tooltip } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import type { Store } from './store';
 import type { TaskTable } from './taskTable';
+import * as layout from './taskStreamLayout';
+import { AXIS, GUTTER, packColor, shortWorker, type Batches, type Viewport } from './taskStreamLayout';
+
+export { packColor, shortWorker, type Batches };
 
 export interface TaskStreamOptions {
   /** Canvas width in CSS pixels; by default the element's width. */
   width?: number;
   height?: number;
-}
-
-export interface Batches {
-  /** Wide rectangles, per colour slot: x, width and y of each (CSS pixels), and how many. */
-  rects: Float32Array[];
-  counts: Int32Array;
-  /** Narrow ones, rasterised: per row and device-pixel column, the colour slot (-1: none). */
-  columns: Int16Array;
-  /** Device-pixel columns of the plot. */
-  width: number;
-  ratio: number;
-  rowHeight: number;
-  visited: number;
-  /** Wide rectangles filled plus raster cells coloured. */
-  drawn: number;
-}
-
-const GUTTER = 84; // worker names
-const AXIS = 20;
-
-const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
-
-/** '#rrggbb' as the 32-bit value of an opaque pixel of an ImageData. */
-export function packColor(hex: string): number {
-  const v = parseInt(hex.slice(1, 7), 16);
-  const [r, g, b] = [(v >> 16) & 255, (v >> 8) & 255, v & 255];
-  return (LITTLE_ENDIAN ? ((255 << 24) | (b << 16) | (g << 8) | r) : ((r << 24) | (g << 16) | (b << 8) | 255)) >>> 0;
-}
-
-export function shortWorker(address: string): string {
-  const tail = address.split('/').filter(Boolean).pop() ?? address;
-  return tail.length > 14 ? `…${tail.slice(-13)}` : tail;
 }
 
 export class TaskStreamView {
@@ -70,9 +44,8 @@ export class TaskStreamView {
   private unsubscribe: () => void;
   private drag: { x: number; domain: [number, number] } | null = null;
   private legendKey = '';
-  private buffers: Float32Array[] = [];
+  private scratch = layout.newScratch();
   private resize: ResizeObserver | null = null;
-  private columns = new Int16Array(0);
   private image: ImageData | null = null;
 
   constructor(
@@ -126,10 +99,7 @@ export class TaskStreamView {
   /** Data changed: follow it if following, and draw on the next frame. */
   changed(): void {
     const t = this.table;
-    if (this.order.length !== t.rows.length) {
-      this.order = t.rows.map((_, i) => i);
-      this.order.sort((a, b) => t.rows[a].worker.localeCompare(t.rows[b].worker) || t.rows[a].thread - t.rows[b].thread);
-    }
+    if (this.order.length !== t.rows.length) this.order = layout.rowOrder(t);
     if (this.follow) this.domain = this.extent();
     this.info.textContent = t.ntasks ? `${t.ntasks.toLocaleString()} tasks` : '';
     this.updateLegend();
@@ -137,10 +107,7 @@ export class TaskStreamView {
   }
 
   extent(): [number, number] | null {
-    const t = this.table;
-    if (!(t.maxStop >= t.minStart)) return null;
-    const pad = Math.max((t.maxStop - t.minStart) * 0.01, 1e-4);
-    return [t.minStart - pad, t.maxStop + pad];
+    return layout.extent(this.table);
   }
 
   fit(): void {
@@ -159,10 +126,7 @@ export class TaskStreamView {
   /** Zoom by ``factor`` (<1: in) around time ``at``. */
   zoom(factor: number, at: number): void {
     if (!this.domain) return;
-    const [a, b] = this.domain;
-    const span = Math.max((b - a) * factor, 1e-6);
-    const f = (at - a) / (b - a);
-    this.setDomain(at - f * span, at - f * span + span);
+    this.setDomain(...layout.zoomed(this.domain, factor, at));
   }
 
   pan(seconds: number): void {
@@ -174,76 +138,18 @@ export class TaskStreamView {
     return Math.max(this.width - GUTTER, 10);
   }
 
-  timeAt(px: number): number {
-    const [a, b] = this.domain ?? [0, 1];
-    return a + ((px - GUTTER) / this.plotWidth()) * (b - a);
+  /** The plot as the layout sees it: its size without gutter and axis. */
+  private viewport(): Viewport {
+    return { domain: this.domain, width: this.plotWidth(), height: this.height - AXIS, order: this.order };
   }
 
-  /** What is in view, without drawing it: rectangles at least two device pixels
-   * wide grouped by colour; the narrower ones as a raster of one colour per row and
-   * device pixel (the last to start wins), so that however many tasks share a pixel
-   * it costs one cell. */
+  timeAt(px: number): number {
+    return layout.timeAt(this.domain, this.plotWidth(), px - GUTTER);
+  }
+
+  /** What is in view, without drawing it (see taskStreamLayout.collect). */
   collect(ratio = (typeof window !== 'undefined' && window.devicePixelRatio) || 1): Batches {
-    const t = this.table;
-    const nslots = t.colors.length;
-    while (this.buffers.length < nslots) this.buffers.push(new Float32Array(3 * 256));
-    this.buffers.length = nslots;
-    const counts = new Int32Array(nslots);
-    const rowHeight = t.rows.length ? (this.height - AXIS) / t.rows.length : 0;
-    const w = this.plotWidth();
-    const cols = Math.max(1, Math.round(w * ratio));
-    const size = cols * this.order.length;
-    if (this.columns.length !== size) this.columns = new Int16Array(size);
-    const columns = this.columns;
-    columns.fill(-1);
-    const out: Batches = { rects: this.buffers, counts, columns, width: cols, ratio, rowHeight, visited: 0, drawn: 0 };
-    if (!this.domain || !t.rows.length) return out;
-    const [a, b] = this.domain;
-    const scale = w / (b - a);
-    const narrow = 2 / ratio; // CSS pixels
-    const starts = t.rectStart.data;
-    const stops = t.rectStop.data;
-    const slots = t.rectSlot.data;
-    const base = t.rectBase;
-    const key = (r: number) => starts[r - base];
-    for (let pos = 0; pos < this.order.length; pos++) {
-      const r = this.order[pos];
-      const col = t.byRow[r];
-      const y = pos * rowHeight;
-      const rowCells = pos * cols;
-      let k = lowerBound(col.data, col.length, key, a - t.maxDuration[r]);
-      for (; k < col.length; k++) {
-        const i = col.data[k] - base;
-        const s0 = starts[i];
-        if (s0 > b) break;
-        const s1 = stops[i];
-        if (s1 < a) continue;
-        out.visited++;
-        const x0 = (s0 - a) * scale;
-        const x1 = (s1 - a) * scale;
-        const slot = slots[i];
-        if (x1 - x0 < narrow) {
-          const c = Math.floor(((x0 + x1) / 2) * ratio);
-          if (c >= 0 && c < cols) columns[rowCells + c] = slot;
-          continue;
-        }
-        let buf = this.buffers[slot];
-        const n = counts[slot];
-        if (3 * n + 3 > buf.length) {
-          const grown = new Float32Array(buf.length * 2);
-          grown.set(buf);
-          buf = this.buffers[slot] = grown;
-        }
-        const left = Math.max(x0, -1);
-        buf[3 * n] = left;
-        buf[3 * n + 1] = Math.min(x1, w + 1) - left;
-        buf[3 * n + 2] = y;
-        counts[slot] = n + 1;
-        out.drawn++;
-      }
-    }
-    for (let c = 0; c < size; c++) if (columns[c] >= 0) out.drawn++;
-    return out;
+    return layout.collect(this.table, this.viewport(), ratio, this.scratch);
   }
 
   draw(): void {
@@ -302,8 +208,9 @@ export class TaskStreamView {
     const [a, b] = this.domain;
     const origin = Number.isFinite(t.minStart) ? t.minStart : a;
     const w = this.plotWidth();
-    const marks = ticks(a - origin, b - origin, Math.max(2, Math.floor(w / 90)));
-    const step = marks.length > 1 ? marks[1] - marks[0] : b - a;
+    const count = Math.max(2, Math.floor(w / 90));
+    const marks = ticks(a - origin, b - origin, count);
+    const step = tickStep(a - origin, b - origin, count);
     ctx.fillStyle = border;
     ctx.fillRect(GUTTER, plotH, w, 1);
     ctx.fillStyle = fg;
@@ -348,28 +255,7 @@ export class TaskStreamView {
 
   /** The rectangle under a point of the canvas (CSS pixels), if any. */
   hit(px: number, py: number): number | null {
-    const t = this.table;
-    if (!this.domain || !t.rows.length || px < GUTTER) return null;
-    const rh = (this.height - AXIS) / t.rows.length;
-    const pos = Math.floor(py / rh);
-    if (pos < 0 || pos >= this.order.length) return null;
-    const r = this.order[pos];
-    const col = t.byRow[r];
-    const time = this.timeAt(px);
-    const slack = (this.domain[1] - this.domain[0]) / this.plotWidth(); // a pixel
-    const key = (x: number) => t.start(x);
-    let k = lowerBound(col.data, col.length, key, time + slack) - 1;
-    let best: number | null = null;
-    for (; k >= 0; k--) {
-      const rect = col.data[k];
-      const s0 = t.start(rect);
-      if (s0 < time - t.maxDuration[r] - slack) break;
-      if (t.stop(rect) >= time - slack) {
-        if (best === null || t.start(rect) > t.start(best)) best = rect;
-        if (s0 <= time) break;
-      }
-    }
-    return best;
+    return layout.hit(this.table, this.viewport(), px - GUTTER, py);
   }
 
   describe(rect: number): string {

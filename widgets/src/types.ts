@@ -1,15 +1,21 @@
-// The narrow model a front-end sees (anywidget's contract), and the data shapes
-// the kernel sends. Kept here so that nothing else depends on a widget framework.
+// The part of anywidget's model a front-end uses, and the data shapes the kernel
+// sends. The model's type is anywidget's own (@anywidget/types, types only: nothing
+// of it is bundled), narrowed to the methods used, so that a test's stand-in
+// implements only those.
+import type { AnyModel } from '@anywidget/types';
 
 export type Handler = (...args: any[]) => void;
 
-export interface WidgetModel {
-  get(name: string): any;
-  set(name: string, value: unknown): void;
-  save_changes(): void;
-  on(event: string, handler: Handler): void;
-  off(event: string, handler?: Handler): void;
-  send(content: unknown, callbacks?: unknown, buffers?: ArrayBuffer[]): void;
+export type WidgetModel = Pick<AnyModel, 'get' | 'set' | 'save_changes' | 'on' | 'off' | 'send'>;
+
+/** Where a view keeps the state it shares with its host: the widget model's synced
+ * traits in a notebook, a plain object in a static report. Here, apart from the
+ * views and their mounting, so that every module can take one without importing
+ * mount.ts (which imports them all). */
+export interface Binding {
+  get(name: string): unknown;
+  set(values: Record<string, unknown>): void;
+  onChange(names: string[], listener: () => void): () => void;
 }
 
 /** Binary payloads as the transports hand them over. */

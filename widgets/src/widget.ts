@@ -5,6 +5,7 @@
 // initialize() runs once per model: it creates the model's store, feeds it the
 // kernel's update messages and asks the kernel for the full state. render() runs
 // per view and draws from that store, so a second view is complete at once.
+import type { AnyWidget } from '@anywidget/types';
 import { mount, type Binding, type Kind } from './mount';
 import { Store } from './store';
 import type { Buffer, UpdateMessage, WidgetModel } from './types';
@@ -53,6 +54,8 @@ export function modelBinding(model: WidgetModel): Binding {
   };
 }
 
+// Both take only what they use of anywidget's props (a test passes just those);
+// `satisfies AnyWidget` below checks them against anywidget's contract.
 function initialize({ model }: { model: WidgetModel }): () => void {
   const store = storeFor(model);
   let asked = false;
@@ -79,4 +82,4 @@ function render({ model, el }: { model: WidgetModel; el: HTMLElement }): () => v
   return () => mounted.destroy();
 }
 
-export default { initialize, render };
+export default { initialize, render } satisfies AnyWidget;
