@@ -309,8 +309,13 @@ test('kernel_cluster.show() opens a panel from code', async ({ page, tmpPath }) 
 });
 
 test.afterEach(async ({ page }) => {
+  // a kernel killed by its test may still be restarting: shut the sessions down one by
+  // one, and let one that is gone already fail on its own
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.serviceManager.sessions.shutdownAll();
+    const sessions = (window as any).jupyterapp.serviceManager.sessions;
+    await sessions.refreshRunning();
+    const ids = Array.from(sessions.running(), (m: { id: string }) => m.id);
+    await Promise.allSettled(ids.map((id: string) => sessions.shutdown(id)));
   });
 });
 
