@@ -14,12 +14,22 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .core.keys import Key
 
-if TYPE_CHECKING:
-    from .client import Client
+
+class FutureOwner(Protocol):
+    """What a future asks of its client (``client.Client``): the client imports this
+    module, never the other way round."""
+
+    def _inc_ref(self, key: Key) -> None: ...
+    def _dec_ref(self, key: Key) -> None: ...
+    def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
+    def _gather_keys(self, keys: list[Key]) -> dict: ...
+    def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
+    def cancel(self, futures: Future | Iterable[Future]) -> None: ...
+
 
 DONE = frozenset({"finished", "error", "cancelled"})
 FAILED = frozenset({"error", "cancelled"})
@@ -97,7 +107,7 @@ class Future:
 
     __slots__ = ("__weakref__", "_state", "client", "key")
 
-    def __init__(self, key: Key, client: Client, state: FutureState):
+    def __init__(self, key: Key, client: FutureOwner, state: FutureState):
         self.key = key
         self.client = client
         self._state = state

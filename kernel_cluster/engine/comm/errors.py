@@ -25,6 +25,7 @@ the wrong secret never helps, so reconnect loops should let them through.
 from __future__ import annotations
 
 __all__ = [
+    "MAX_MESSAGE_SIZE_ENV",
     "AuthenticationError",
     "CommClosedError",
     "CommError",
@@ -32,6 +33,9 @@ __all__ = [
     "ProtocolError",
     "SerializationError",
 ]
+
+# the byte count that overrides the message size limit (read in frames)
+MAX_MESSAGE_SIZE_ENV = "KERNEL_CLUSTER_MAX_MESSAGE_SIZE"
 
 
 class CommError(OSError):
@@ -129,8 +133,6 @@ class MessageTooLargeError(ValueError):
     """
 
     def __init__(self, what: str, size: int, limit: int, detail: str = "") -> None:
-        from .frames import MAX_MESSAGE_SIZE_ENV  # frames imports this module
-
         self.what = what
         self.size = size
         self.limit = limit
