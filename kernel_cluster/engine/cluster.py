@@ -264,7 +264,7 @@ class KernelCluster:
         # Forked from the loop thread, which lives as long as the cluster: the worker's
         # death signal (PR_SET_PDEATHSIG, tied to the thread that forks) fires when the
         # kernel dies; the worker then removes its directory, and the last one the
-        # cluster's (kernel_cluster/worker.py).
+        # cluster's (kernel_cluster/worker_cli.py).
         config = self._config_of(name).replace(
             remove_local_directory=True,
             cluster_directory=self.local_directory,
@@ -273,7 +273,7 @@ class KernelCluster:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "kernel_cluster.worker",
+            "kernel_cluster.worker_cli",
             self.server.address,
             *config.to_argv(),
             env=env,
