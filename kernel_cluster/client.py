@@ -20,6 +20,7 @@ from typing import Any
 
 import cloudpickle
 
+from .call_keys import funcname, function_token, tokenize
 from .core.annotations import current_span
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
@@ -54,7 +55,6 @@ from .futures import (
     _cancelled,
     check_timeout,
 )
-from .tokenize import funcname, function_token, tokenize
 
 _default_cluster: KernelCluster | None = None
 _default_users: set[str] = set()  # ids of the open clients on the default cluster
