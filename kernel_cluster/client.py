@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-import linecache
 import numbers
-import os
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -21,7 +18,6 @@ from typing import Any
 import cloudpickle
 
 from .call_keys import funcname, function_token, tokenize
-from .core.annotations import current_span
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
     ClientCancelledKeys,
@@ -32,11 +28,9 @@ from .core.scheduler_messages import (
 from .core.spec import (
     Call,
     GraphError,
-    Ref,
     TaskSpec,
     flatten_keys,
     graph_order,
-    holds_refs,
     pack_results,
     parse_graph,
 )
@@ -54,6 +48,13 @@ from .futures import (
     Latch,
     _cancelled,
     check_timeout,
+)
+from .graph_packing import (
+    collect_futures,
+    dumps_task,
+    placement,
+    rebuild,
+    replace_futures,
 )
 
 _default_cluster: KernelCluster | None = None
@@ -312,15 +313,15 @@ class Client:
             raise TypeError(f"submit() needs a callable first, got {type(fn).__name__} {fn!r}.")
         self._check_running()
         deps: set = set()
-        args2 = tuple(_replace_futures(a, deps, self) for a in args)
-        kwargs2 = _replace_futures(kwargs, deps, self) if kwargs else None
+        args2 = tuple(replace_futures(a, deps, self) for a in args)
+        kwargs2 = replace_futures(kwargs, deps, self) if kwargs else None
         if key is None:
             token = tokenize(function_token(fn), args2, kwargs2) if pure else uuid.uuid4().hex
             key = f"{funcname(fn)}-{token}"
         else:
             validate_key(key)
         spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
-        payload = _dumps_task(key, spec) if self._pickle_tasks else spec
+        payload = dumps_task(key, spec) if self._pickle_tasks else spec
         with self._lock:
             event = GraphSubmitted(
                 self.id,
@@ -328,7 +329,7 @@ class Client:
                 {key: spec.dependencies},
                 [key],
                 None,
-                _placement(workers, allow_other_workers, self.code_frames),
+                placement(workers, allow_other_workers, self.code_frames),
             )
             seq = self._enqueue(event)
             return self._future(key, seq)
@@ -352,7 +353,7 @@ class Client:
         columns = [list(it) for it in iterables]
         n = min(len(c) for c in columns)
         deps_kw: set = set()
-        kwargs2 = _replace_futures(kwargs, deps_kw, self) if kwargs else None
+        kwargs2 = replace_futures(kwargs, deps_kw, self) if kwargs else None
         if isinstance(key, list):
             if len(key) != n:
                 raise ValueError(f"map() got {len(key)} keys for {n} tasks.")
@@ -369,7 +370,7 @@ class Client:
         out_keys = []
         for i in range(n):
             deps = set(deps_kw)
-            args = tuple(_replace_futures(c[i], deps, self) for c in columns)
+            args = tuple(replace_futures(c[i], deps, self) for c in columns)
             if isinstance(key, list):
                 k = keys[i]
             elif pure:
@@ -380,7 +381,7 @@ class Client:
             if k in specs:
                 continue
             spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
-            specs[k] = _dumps_task(k, spec) if self._pickle_tasks else spec
+            specs[k] = dumps_task(k, spec) if self._pickle_tasks else spec
             dependencies[k] = spec.dependencies
             order[k] = i
         with self._lock:
@@ -390,7 +391,7 @@ class Client:
                 dependencies,
                 list(specs),
                 order,
-                _placement(workers, allow_other_workers, self.code_frames),
+                placement(workers, allow_other_workers, self.code_frames),
             )
             seq = self._enqueue(event)
             return [self._future(k, seq) for k in out_keys]
@@ -414,10 +415,10 @@ class Client:
         order = graph_order(specs, wanted)
         deps = {k: s.dependencies for k, s in specs.items()}
         payloads: dict = (
-            {k: _dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
+            {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
         )
         with self._lock:
-            ann = _placement(None, False, self.code_frames)
+            ann = placement(None, False, self.code_frames)
             seq = self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, ann))
             states = []
             for k in wanted:  # plain references, not Future objects: released in one go
@@ -450,7 +451,7 @@ class Client:
         if errors not in ("raise", "skip"):
             raise ValueError(f"errors={errors!r}: use 'raise' or 'skip'.")
         flat: list[Future] = []
-        _collect_futures(futures, flat)
+        collect_futures(futures, flat)
         self._wait_all([f._state for f in flat], fail_fast=errors == "raise")
         good = []
         failed: tuple[FutureState, Key] | None = None
@@ -470,7 +471,7 @@ class Client:
                 raise st.exception.with_traceback(st.traceback)
             raise _cancelled(st, key)
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
-        return _rebuild(futures, data)
+        return rebuild(futures, data)
 
     def _gather_keys(self, keys: list[Key]) -> dict:
         if self.status != "running":
@@ -739,123 +740,6 @@ class _PickledResult:
                 type(result).__name__,
                 f"{type(exc).__name__}: {exc}",
             ) from None
-
-
-def _dumps_task(key: Key, spec: TaskSpec) -> bytes:
-    """Pickle a task for another process, or say which part of it cannot travel."""
-    try:
-        return cloudpickle.dumps(spec, protocol=5)
-    except Exception as exc:
-        call = spec.expr
-        parts: list[tuple[str, Any]] = [("the function", call.func)]
-        parts += [(f"argument {i}", a) for i, a in enumerate(call.args)]
-        parts += [(f"keyword argument {k!r}", v) for k, v in (call.kwargs or {}).items()]
-        for what, obj in parts:
-            try:
-                cloudpickle.dumps(obj, protocol=5)
-            except Exception as inner:
-                raise SerializationError(
-                    f"{what} of task {key!r}",
-                    type(obj).__name__,
-                    f"{type(inner).__name__}: {inner}",
-                ) from None
-        raise SerializationError(
-            f"task {key!r}", type(spec).__name__, f"{type(exc).__name__}: {exc}"
-        ) from None
-
-
-def _placement(
-    workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1
-) -> dict | None:
-    """A submission's annotations: its span, where it may run, the code that made it."""
-    out: dict[str, Any] = {}
-    current = current_span.get()
-    if current is not None:
-        out["span"] = {"name": current[0], "ids": current[1]}
-    if code_frames:
-        out["code"] = _user_code(code_frames)
-    if workers is not None:
-        if isinstance(workers, str):
-            workers = [workers]
-        out["workers"] = tuple(workers)
-        out["allow_other_workers"] = loose
-    return out or None
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_code_cache: dict[tuple[str, int], tuple] = {}
-
-
-def _user_code(nframes: int) -> tuple:
-    """(filename, line, function, source line) of the user's frames calling us."""
-    frame = sys._getframe(2)
-    out = []
-    while frame is not None and len(out) < nframes:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:
-            where = (filename, frame.f_lineno)
-            entry = _code_cache.get(where)
-            if entry is None:
-                line = linecache.getline(filename, frame.f_lineno).strip()
-                entry = (filename, frame.f_lineno, frame.f_code.co_name, line)
-                if len(_code_cache) < 10_000:
-                    _code_cache[where] = entry
-            out.append(entry)
-        frame = frame.f_back
-    return tuple(out)
-
-
-def _replace_futures(obj: Any, deps: set, client: Client) -> Any:
-    """Arguments with every future swapped for a reference to its key."""
-    t = type(obj)
-    if t is Future:
-        if obj.client is not client and obj.client.cluster is not client.cluster:
-            raise ValueError(
-                f"Future {obj.key!r} belongs to another cluster; gather it there first."
-            )
-        deps.add(obj.key)
-        return Ref(obj.key)
-    if t is tuple:
-        items = [_replace_futures(v, deps, client) for v in obj]
-        if holds_refs(items):
-            # tasks only look for references inside lists, dicts and calls: rebuild the
-            # tuple from a list when it runs
-            return Call(tuple, (items,))
-        return tuple(items)
-    if t is list:
-        return [_replace_futures(v, deps, client) for v in obj]
-    if t is dict:
-        return {k: _replace_futures(v, deps, client) for k, v in obj.items()}
-    return obj
-
-
-def _collect_futures(obj: Any, out: list[Future]) -> None:
-    t = type(obj)
-    if t is Future:
-        out.append(obj)
-    elif t in (list, tuple, set, frozenset):
-        for v in obj:
-            _collect_futures(v, out)
-    elif t is dict:
-        for v in obj.values():
-            _collect_futures(v, out)
-
-
-def _rebuild(obj: Any, data: dict) -> Any:
-    t = type(obj)
-    if t is Future:
-        return data.get(obj.key)
-    if t is list:
-        return [_rebuild(v, data) for v in obj if type(v) is not Future or v.key in data]
-    if t is tuple:
-        return tuple(_rebuild(v, data) for v in obj if type(v) is not Future or v.key in data)
-    if t is dict:
-        return {
-            k: _rebuild(v, data) for k, v in obj.items() if type(v) is not Future or v.key in data
-        }
-    if t in (set, frozenset):
-        return t(_rebuild(v, data) for v in obj)
-    return obj
 
 
 def _mark_cancelled(
