@@ -9,34 +9,27 @@ from __future__ import annotations
 
 import functools
 import itertools
-import linecache
 import numbers
-import os
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from types import FrameType
 from typing import Any
 
 import cloudpickle
 
-from .core.annotations import current_span
+from .call_keys import funcname, function_token, tokenize
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
     ClientCancelledKeys,
     ClientReleasedKeys,
     GraphSubmitted,
-    ReportKey,
 )
 from .core.spec import (
     Call,
     GraphError,
-    Ref,
     TaskSpec,
     flatten_keys,
     graph_order,
-    holds_refs,
     pack_results,
     parse_graph,
 )
@@ -48,14 +41,19 @@ from .engine.execute import unpack_exception
 from .engine.plugins import check_plugin
 from .futures import (
     FAILED,
-    CancelledError,
     Future,
+    FutureRegistry,
     FutureState,
-    Latch,
     _cancelled,
-    check_timeout,
+    run_callback,
 )
-from .tokenize import funcname, function_token, tokenize
+from .graph_packing import (
+    collect_futures,
+    dumps_task,
+    placement,
+    rebuild,
+    replace_futures,
+)
 
 _default_cluster: KernelCluster | None = None
 _default_users: set[str] = set()  # ids of the open clients on the default cluster
@@ -139,17 +137,22 @@ class Client:
         self._loop = cluster.loop_thread
         self._scheduler = cluster.scheduler
         self._lock = threading.RLock()
-        self._states: dict[Key, FutureState] = {}
-        self._refcount: dict[Key, int] = {}
+        # the futures by key; Future objects call its methods through ours (FutureOwner)
+        self._futures = futures = FutureRegistry(self._lock, self._schedule_flush, unpack_exception)
+        self._inc_ref = futures.inc_ref
+        self._dec_ref = futures.dec_ref
+        self._release_keys = futures.release_keys
+        self._on_done = futures.on_done
+        self._wait_for = futures.wait_for
+        self._wait_all = futures.wait_all
         self._outbox: list[tuple[int, Any]] = []
-        self._releases: list[Key] = []
         self._flush_pending = False
         self._seq = itertools.count(1)
         # workers in other processes get tasks as bytes, pickled here so that a
         # function or argument that cannot travel fails at submit, naming the task
         self._pickle_tasks = cluster.processes
         try:
-            self._loop.run(self._scheduler.add_client, self.id, self._on_reports)
+            self._loop.run(self._scheduler.add_client, self.id, futures.apply_reports)
         except BaseException:
             if owned:  # not a user of the default cluster after all
                 _leave_default(cluster, self.id)
@@ -163,9 +166,10 @@ class Client:
 
     def _enqueue(self, event: Any) -> int:
         """Queue an event for the scheduler (caller holds the lock); returns its number."""
-        if self._releases:
-            self._outbox.append((next(self._seq), ClientReleasedKeys(self.id, self._releases)))
-            self._releases = []
+        futures = self._futures
+        if futures.releases:
+            self._outbox.append((next(self._seq), ClientReleasedKeys(self.id, futures.releases)))
+            futures.releases = []
         seq = next(self._seq)
         self._outbox.append((seq, event))
         self._schedule_flush()
@@ -182,119 +186,20 @@ class Client:
     def _flush(self) -> None:
         with self._lock:
             self._flush_pending = False
-            if self._releases:
-                self._outbox.append((next(self._seq), ClientReleasedKeys(self.id, self._releases)))
-                self._releases = []
+            futures = self._futures
+            if futures.releases:
+                self._outbox.append(
+                    (next(self._seq), ClientReleasedKeys(self.id, futures.releases))
+                )
+                futures.releases = []
             batch = self._outbox
             self._outbox = []
         if batch:
             self._scheduler.handle_client_events(self.id, batch)
 
-    # -- reference counting -----------------------------------------------------------
-
-    def _inc_ref(self, key: Key) -> None:
-        with self._lock:
-            self._refcount[key] = self._refcount.get(key, 0) + 1
-
-    def _dec_ref(self, key: Key) -> None:
-        with self._lock:
-            n = self._refcount.get(key, 0) - 1
-            if n > 0:
-                self._refcount[key] = n
-                return
-            self._refcount.pop(key, None)
-            self._states.pop(key, None)
-            if self.status == "running":
-                self._releases.append(key)
-                self._schedule_flush()
-
-    def _release_keys(self, keys: list[Key]) -> None:
-        with self._lock:
-            refcount = self._refcount
-            for key in keys:
-                n = refcount.get(key, 0) - 1
-                if n > 0:
-                    refcount[key] = n
-                    continue
-                refcount.pop(key, None)
-                self._states.pop(key, None)
-                if self.status == "running":
-                    self._releases.append(key)
-            if self._releases:
-                self._schedule_flush()
-
     def _future(self, key: Key, seq: int) -> Future:
         """A future for ``key`` sharing the state of any other future for it (lock held)."""
-        state = self._states.get(key)
-        if state is None or state.status == "cancelled":
-            state = self._states[key] = FutureState(seq)
-        return Future(key, self, state)
-
-    # -- reports from the scheduler (engine thread) -----------------------------------
-
-    def _on_reports(self, reports: list[ReportKey], seq: int) -> None:
-        callbacks: list[Callable[[], None]] = []
-        with self._lock:
-            for r in reports:
-                st = self._states.get(r.key)
-                if st is None or st.seq > seq:
-                    continue  # about a future released (or re-made) since
-                if r.status == "lost":
-                    st.status = "pending"
-                    if st.event is not None:
-                        st.event.clear()
-                    continue
-                st.status = r.status
-                if r.exception is not None and not isinstance(r.exception, BaseException):
-                    st.exception, st.traceback = unpack_exception(r.exception, r.traceback)
-                else:
-                    st.exception, st.traceback = r.exception, r.traceback
-                if st.event is not None:
-                    st.event.set()
-                if st.callbacks:
-                    callbacks.extend(st.callbacks)
-                    st.callbacks = None
-        for cb in callbacks:
-            _run_callback(cb)
-
-    def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None:
-        with self._lock:
-            if not state.done():
-                if state.callbacks is None:
-                    state.callbacks = []
-                state.callbacks.append(callback)
-                return
-        _run_callback(callback)
-
-    def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
-        check_timeout(timeout)
-        with self._lock:
-            if state.done():
-                return
-            if state.event is None:
-                state.event = threading.Event()
-            event = state.event
-        if not event.wait(timeout):
-            raise TimeoutError(
-                f"Future {key!r} is not done after {timeout} s; the task keeps running."
-            )
-
-    def _wait_all(self, states: list[FutureState], fail_fast: bool) -> None:
-        """Until every state is done (or, with ``fail_fast``, one is not "finished").
-
-        One wake-up for the lot: waiting on each in turn costs the engine an event to
-        set and this thread a wake-up per result that lands while it sleeps.
-        """
-        with self._lock:
-            pending = [st for st in states if not st.done()]
-            if not pending or (fail_fast and any(st.status in FAILED for st in states)):
-                return
-            latch = Latch(len(pending), fail_fast)
-            for st in pending:
-                if st.callbacks is None:
-                    st.callbacks = []
-                st.callbacks.append(functools.partial(latch.count_down, st))
-        latch.event.wait()
+        return self._futures.future(key, seq, self)
 
     # -- submitting work --------------------------------------------------------------
 
@@ -313,15 +218,15 @@ class Client:
             raise TypeError(f"submit() needs a callable first, got {type(fn).__name__} {fn!r}.")
         self._check_running()
         deps: set = set()
-        args2 = tuple(_replace_futures(a, deps, self) for a in args)
-        kwargs2 = _replace_futures(kwargs, deps, self) if kwargs else None
+        args2 = tuple(replace_futures(a, deps, self) for a in args)
+        kwargs2 = replace_futures(kwargs, deps, self) if kwargs else None
         if key is None:
             token = tokenize(function_token(fn), args2, kwargs2) if pure else uuid.uuid4().hex
             key = f"{funcname(fn)}-{token}"
         else:
             validate_key(key)
         spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
-        payload = _dumps_task(key, spec) if self._pickle_tasks else spec
+        payload = dumps_task(key, spec) if self._pickle_tasks else spec
         with self._lock:
             event = GraphSubmitted(
                 self.id,
@@ -329,7 +234,7 @@ class Client:
                 {key: spec.dependencies},
                 [key],
                 None,
-                _placement(workers, allow_other_workers, self.code_frames),
+                placement(workers, allow_other_workers, self.code_frames),
             )
             seq = self._enqueue(event)
             return self._future(key, seq)
@@ -353,7 +258,7 @@ class Client:
         columns = [list(it) for it in iterables]
         n = min(len(c) for c in columns)
         deps_kw: set = set()
-        kwargs2 = _replace_futures(kwargs, deps_kw, self) if kwargs else None
+        kwargs2 = replace_futures(kwargs, deps_kw, self) if kwargs else None
         if isinstance(key, list):
             if len(key) != n:
                 raise ValueError(f"map() got {len(key)} keys for {n} tasks.")
@@ -370,7 +275,7 @@ class Client:
         out_keys = []
         for i in range(n):
             deps = set(deps_kw)
-            args = tuple(_replace_futures(c[i], deps, self) for c in columns)
+            args = tuple(replace_futures(c[i], deps, self) for c in columns)
             if isinstance(key, list):
                 k = keys[i]
             elif pure:
@@ -381,7 +286,7 @@ class Client:
             if k in specs:
                 continue
             spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
-            specs[k] = _dumps_task(k, spec) if self._pickle_tasks else spec
+            specs[k] = dumps_task(k, spec) if self._pickle_tasks else spec
             dependencies[k] = spec.dependencies
             order[k] = i
         with self._lock:
@@ -391,7 +296,7 @@ class Client:
                 dependencies,
                 list(specs),
                 order,
-                _placement(workers, allow_other_workers, self.code_frames),
+                placement(workers, allow_other_workers, self.code_frames),
             )
             seq = self._enqueue(event)
             return [self._future(k, seq) for k in out_keys]
@@ -415,18 +320,12 @@ class Client:
         order = graph_order(specs, wanted)
         deps = {k: s.dependencies for k, s in specs.items()}
         payloads: dict = (
-            {k: _dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
+            {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
         )
         with self._lock:
-            ann = _placement(None, False, self.code_frames)
+            ann = placement(None, False, self.code_frames)
             seq = self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, ann))
-            states = []
-            for k in wanted:  # plain references, not Future objects: released in one go
-                st = self._states.get(k)
-                if st is None or st.status == "cancelled":
-                    st = self._states[k] = FutureState(seq)
-                self._refcount[k] = self._refcount.get(k, 0) + 1
-                states.append(st)
+            states = self._futures.want(wanted, seq)
         try:
             self._wait_all(states, fail_fast=True)
             for k, st in zip(wanted, states):
@@ -451,7 +350,7 @@ class Client:
         if errors not in ("raise", "skip"):
             raise ValueError(f"errors={errors!r}: use 'raise' or 'skip'.")
         flat: list[Future] = []
-        _collect_futures(futures, flat)
+        collect_futures(futures, flat)
         self._wait_all([f._state for f in flat], fail_fast=errors == "raise")
         good = []
         failed: tuple[FutureState, Key] | None = None
@@ -471,7 +370,7 @@ class Client:
                 raise st.exception.with_traceback(st.traceback)
             raise _cancelled(st, key)
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
-        return _rebuild(futures, data)
+        return rebuild(futures, data)
 
     def _gather_keys(self, keys: list[Key]) -> dict:
         if self.status != "running":
@@ -484,7 +383,7 @@ class Client:
         data, missing = self._loop.run(self._scheduler.gather, keys)
         if missing:
             with self._lock:
-                erred = [self._states.get(k) for k in missing]
+                erred = [self._futures.states.get(k) for k in missing]
             for st in erred:  # e.g. a result that turned out not to be serialisable
                 if st is not None and st.status == "error" and st.exception is not None:
                     raise st.exception.with_traceback(st.traceback)
@@ -512,17 +411,11 @@ class Client:
         keys = [f.key for f in fs]
         if not keys or self.status != "running":
             return
-        callbacks: list[Callable[[], None]] = []
         with self._lock:
             self._enqueue(ClientCancelledKeys(self.id, keys))
-            for f in fs:
-                # cancelled now, and detached from the key: submitting the same key again
-                # makes a fresh state, which the scheduler's (older) answer does not touch
-                if self._states.get(f.key) is f._state:
-                    del self._states[f.key]
-                callbacks.extend(_mark_cancelled(f._state, f.key))
+            callbacks = self._futures.detach_cancelled(fs)
         for cb in callbacks:
-            _run_callback(cb)
+            run_callback(cb)
 
     # -- information ------------------------------------------------------------------
 
@@ -670,24 +563,22 @@ class Client:
             return
         with self._lock:
             self.status = "closing"
+            self._futures.tracking = False
         if self.cluster.status == "running":
             try:
                 self._loop.run(self._flush)
                 self._loop.run(self._scheduler.remove_client, self.id)
             except (TimeoutError, RuntimeError):
                 pass
-        callbacks: list = []
         with self._lock:
             self.status = "closed"
             reason = (
                 f"{self.id} was closed before it finished; keep the client open until "
                 "you have gathered the results you need"
             )
-            for key, st in self._states.items():
-                if not st.done():
-                    callbacks.extend(_mark_cancelled(st, key, reason))
+            callbacks = self._futures.cancel_pending(reason)
         for cb in callbacks:
-            _run_callback(cb)
+            run_callback(cb)
         if _current_client is self:
             _current_client = None
             set_default_source(None)
@@ -740,143 +631,3 @@ class _PickledResult:
                 type(result).__name__,
                 f"{type(exc).__name__}: {exc}",
             ) from None
-
-
-def _dumps_task(key: Key, spec: TaskSpec) -> bytes:
-    """Pickle a task for another process, or say which part of it cannot travel."""
-    try:
-        return cloudpickle.dumps(spec, protocol=5)
-    except Exception as exc:
-        call = spec.expr
-        parts: list[tuple[str, Any]] = [("the function", call.func)]
-        parts += [(f"argument {i}", a) for i, a in enumerate(call.args)]
-        parts += [(f"keyword argument {k!r}", v) for k, v in (call.kwargs or {}).items()]
-        for what, obj in parts:
-            try:
-                cloudpickle.dumps(obj, protocol=5)
-            except Exception as inner:
-                raise SerializationError(
-                    f"{what} of task {key!r}",
-                    type(obj).__name__,
-                    f"{type(inner).__name__}: {inner}",
-                ) from None
-        raise SerializationError(
-            f"task {key!r}", type(spec).__name__, f"{type(exc).__name__}: {exc}"
-        ) from None
-
-
-def _placement(
-    workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1
-) -> dict | None:
-    """A submission's annotations: its span, where it may run, the code that made it."""
-    out: dict[str, Any] = {}
-    current = current_span.get()
-    if current is not None:
-        out["span"] = {"name": current[0], "ids": current[1]}
-    if code_frames:
-        out["code"] = _user_code(code_frames)
-    if workers is not None:
-        if isinstance(workers, str):
-            workers = [workers]
-        out["workers"] = tuple(workers)
-        out["allow_other_workers"] = loose
-    return out or None
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_code_cache: dict[tuple[str, int], tuple] = {}
-
-
-def _user_code(nframes: int) -> tuple:
-    """(filename, line, function, source line) of the user's frames calling us."""
-    frame: FrameType | None = sys._getframe(2)
-    out: list[tuple[str, int, str, str]] = []
-    while frame is not None and len(out) < nframes:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:
-            where = (filename, frame.f_lineno)
-            entry = _code_cache.get(where)
-            if entry is None:
-                line = linecache.getline(filename, frame.f_lineno).strip()
-                entry = (filename, frame.f_lineno, frame.f_code.co_name, line)
-                if len(_code_cache) < 10_000:
-                    _code_cache[where] = entry
-            out.append(entry)
-        frame = frame.f_back
-    return tuple(out)
-
-
-def _replace_futures(obj: Any, deps: set, client: Client) -> Any:
-    """Arguments with every future swapped for a reference to its key."""
-    t = type(obj)
-    if t is Future:
-        if obj.client is not client and obj.client.cluster is not client.cluster:
-            raise ValueError(
-                f"Future {obj.key!r} belongs to another cluster; gather it there first."
-            )
-        deps.add(obj.key)
-        return Ref(obj.key)
-    if t is tuple:
-        items = [_replace_futures(v, deps, client) for v in obj]
-        if holds_refs(items):
-            # tasks only look for references inside lists, dicts and calls: rebuild the
-            # tuple from a list when it runs
-            return Call(tuple, (items,))
-        return tuple(items)
-    if t is list:
-        return [_replace_futures(v, deps, client) for v in obj]
-    if t is dict:
-        return {k: _replace_futures(v, deps, client) for k, v in obj.items()}
-    return obj
-
-
-def _collect_futures(obj: Any, out: list[Future]) -> None:
-    t = type(obj)
-    if t is Future:
-        out.append(obj)
-    elif t in (list, tuple, set, frozenset):
-        for v in obj:
-            _collect_futures(v, out)
-    elif t is dict:
-        for v in obj.values():
-            _collect_futures(v, out)
-
-
-def _rebuild(obj: Any, data: dict) -> Any:
-    t = type(obj)
-    if t is Future:
-        return data.get(obj.key)
-    if t is list:
-        return [_rebuild(v, data) for v in obj if type(v) is not Future or v.key in data]
-    if t is tuple:
-        return tuple(_rebuild(v, data) for v in obj if type(v) is not Future or v.key in data)
-    if t is dict:
-        return {
-            k: _rebuild(v, data) for k, v in obj.items() if type(v) is not Future or v.key in data
-        }
-    if t in (set, frozenset):
-        return t(_rebuild(v, data) for v in obj)
-    return obj
-
-
-def _mark_cancelled(
-    st: FutureState, key: Key, reason: str | None = None
-) -> list[Callable[[], None]]:
-    """Finish ``st`` as cancelled (client lock held); returns the callbacks to run."""
-    st.status = "cancelled"
-    st.exception = CancelledError(key, reason)
-    st.traceback = None
-    if st.event is not None:
-        st.event.set()
-    callbacks = st.callbacks or []
-    st.callbacks = None
-    return callbacks
-
-
-def _run_callback(cb: Callable[[], None]) -> None:
-    try:
-        cb()
-    except Exception:
-        import logging
-
-        logging.getLogger(__name__).exception("A future's done-callback raised")

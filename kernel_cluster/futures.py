@@ -9,17 +9,28 @@ made when somebody actually waits, which keeps 10,000 futures cheap.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import numbers
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .core.keys import Key
 
-if TYPE_CHECKING:
-    from .client import Client
+
+class FutureOwner(Protocol):
+    """What a future asks of its client (``client.Client``): the client imports this
+    module, never the other way round."""
+
+    def _inc_ref(self, key: Key) -> None: ...
+    def _dec_ref(self, key: Key) -> None: ...
+    def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
+    def _gather_keys(self, keys: list[Key]) -> dict: ...
+    def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
+    def cancel(self, futures: Future | Iterable[Future]) -> None: ...
+
 
 DONE = frozenset({"finished", "error", "cancelled"})
 FAILED = frozenset({"error", "cancelled"})
@@ -98,7 +109,7 @@ class Future:
 
     __slots__ = ("__weakref__", "_state", "client", "key")
 
-    def __init__(self, key: Key, client: Client, state: FutureState):
+    def __init__(self, key: Key, client: FutureOwner, state: FutureState):
         self.key = key
         self.client = client
         self._state = state
@@ -239,3 +250,191 @@ class as_completed:
 
     def __iter__(self) -> Iterator:
         return self.iter()
+
+
+def mark_cancelled(
+    st: FutureState, key: Key, reason: str | None = None
+) -> list[Callable[[], None]]:
+    """Finish ``st`` as cancelled (registry lock held); returns the callbacks to run."""
+    st.status = "cancelled"
+    st.exception = CancelledError(key, reason)
+    st.traceback = None
+    if st.event is not None:
+        st.event.set()
+    callbacks = st.callbacks or []
+    st.callbacks = None
+    return callbacks
+
+
+def run_callback(cb: Callable[[], None]) -> None:
+    try:
+        cb()
+    except Exception:
+        import logging
+
+        logging.getLogger("kernel_cluster.client").exception("A future's done-callback raised")
+
+
+class FutureRegistry:
+    """A client's futures by key: one shared state per key, reference counts, and the
+    keys whose last future went, for the client to release on the scheduler.
+
+    The client composes one and shares its lock with it; ``schedule_flush()`` (lock
+    held) asks the client to send ``releases``. ``tracking`` is False once the client
+    stops running: released keys are then nobody's business.
+    """
+
+    def __init__(
+        self,
+        lock: threading.RLock,
+        schedule_flush: Callable[[], None],
+        unpack: Callable[[Any, Any], tuple[BaseException, Any]],
+    ) -> None:
+        """``unpack(exception, traceback)``: an exception reported as bytes, rebuilt."""
+        self.lock = lock
+        self.states: dict[Key, FutureState] = {}
+        self.refcount: dict[Key, int] = {}
+        self.releases: list[Key] = []
+        self.tracking = True
+        self._schedule_flush = schedule_flush
+        self._unpack = unpack
+
+    # -- reference counting ------------------------------------------------------------
+
+    def inc_ref(self, key: Key) -> None:
+        with self.lock:
+            self.refcount[key] = self.refcount.get(key, 0) + 1
+
+    def dec_ref(self, key: Key) -> None:
+        with self.lock:
+            n = self.refcount.get(key, 0) - 1
+            if n > 0:
+                self.refcount[key] = n
+                return
+            self.refcount.pop(key, None)
+            self.states.pop(key, None)
+            if self.tracking:
+                self.releases.append(key)
+                self._schedule_flush()
+
+    def release_keys(self, keys: list[Key]) -> None:
+        with self.lock:
+            refcount = self.refcount
+            for key in keys:
+                n = refcount.get(key, 0) - 1
+                if n > 0:
+                    refcount[key] = n
+                    continue
+                refcount.pop(key, None)
+                self.states.pop(key, None)
+                if self.tracking:
+                    self.releases.append(key)
+            if self.releases:
+                self._schedule_flush()
+
+    def future(self, key: Key, seq: int, client: FutureOwner) -> Future:
+        """A future for ``key`` sharing the state of any other future for it (lock held)."""
+        state = self.states.get(key)
+        if state is None or state.status == "cancelled":
+            state = self.states[key] = FutureState(seq)
+        return Future(key, client, state)
+
+    def want(self, keys: list[Key], seq: int) -> list[FutureState]:
+        """States for ``keys``, each referenced once, without Future objects (lock held):
+        ``release_keys`` lets go of them in one go."""
+        states = []
+        for k in keys:
+            st = self.states.get(k)
+            if st is None or st.status == "cancelled":
+                st = self.states[k] = FutureState(seq)
+            self.refcount[k] = self.refcount.get(k, 0) + 1
+            states.append(st)
+        return states
+
+    # -- outcomes ----------------------------------------------------------------------
+
+    def apply_reports(self, reports: list, seq: int) -> None:
+        """The scheduler's ReportKey messages, sent after client event ``seq``."""
+        callbacks: list[Callable[[], None]] = []
+        with self.lock:
+            for r in reports:
+                st = self.states.get(r.key)
+                if st is None or st.seq > seq:
+                    continue  # about a future released (or re-made) since
+                if r.status == "lost":
+                    st.status = "pending"
+                    if st.event is not None:
+                        st.event.clear()
+                    continue
+                st.status = r.status
+                if r.exception is not None and not isinstance(r.exception, BaseException):
+                    st.exception, st.traceback = self._unpack(r.exception, r.traceback)
+                else:
+                    st.exception, st.traceback = r.exception, r.traceback
+                if st.event is not None:
+                    st.event.set()
+                if st.callbacks:
+                    callbacks.extend(st.callbacks)
+                    st.callbacks = None
+        for cb in callbacks:
+            run_callback(cb)
+
+    def detach_cancelled(self, futures: list[Future]) -> list[Callable[[], None]]:
+        """Cancel these futures now and detach them from their keys (lock held):
+        submitting the same key again makes a fresh state, which the scheduler's (older)
+        answer does not touch. Returns the callbacks to run."""
+        callbacks: list[Callable[[], None]] = []
+        for f in futures:
+            if self.states.get(f.key) is f._state:
+                del self.states[f.key]
+            callbacks.extend(mark_cancelled(f._state, f.key))
+        return callbacks
+
+    def cancel_pending(self, reason: str) -> list[Callable[[], None]]:
+        """Cancel every future not done (lock held); returns the callbacks to run."""
+        callbacks: list[Callable[[], None]] = []
+        for key, st in self.states.items():
+            if not st.done():
+                callbacks.extend(mark_cancelled(st, key, reason))
+        return callbacks
+
+    # -- waiting -----------------------------------------------------------------------
+
+    def on_done(self, state: FutureState, callback: Callable[[], None]) -> None:
+        with self.lock:
+            if not state.done():
+                if state.callbacks is None:
+                    state.callbacks = []
+                state.callbacks.append(callback)
+                return
+        run_callback(callback)
+
+    def wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
+        check_timeout(timeout)
+        with self.lock:
+            if state.done():
+                return
+            if state.event is None:
+                state.event = threading.Event()
+            event = state.event
+        if not event.wait(timeout):
+            raise TimeoutError(
+                f"Future {key!r} is not done after {timeout} s; the task keeps running."
+            )
+
+    def wait_all(self, states: list[FutureState], fail_fast: bool) -> None:
+        """Until every state is done (or, with ``fail_fast``, one is not "finished").
+
+        One wake-up for the lot: waiting on each in turn costs the engine an event to
+        set and this thread a wake-up per result that lands while it sleeps.
+        """
+        with self.lock:
+            pending = [st for st in states if not st.done()]
+            if not pending or (fail_fast and any(st.status in FAILED for st in states)):
+                return
+            latch = Latch(len(pending), fail_fast)
+            for st in pending:
+                if st.callbacks is None:
+                    st.callbacks = []
+                st.callbacks.append(functools.partial(latch.count_down, st))
+        latch.event.wait()

@@ -12,12 +12,12 @@ one when the block ends, so even an empty block has a sample.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .periodic import PeriodicThread
 from .source import Diagnosable, source_of
 
 MEASURES = ("process", "managed", "unmanaged", "spilled")
@@ -125,23 +125,20 @@ class Periodic:
         self.interval = interval
         self.name = name
         self.finish = finish
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: PeriodicThread | None = None
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.take()
+    def _start_thread(self) -> None:
+        self._thread = PeriodicThread(self.take, self.interval, self.name)
+        self._thread.start()
 
     def start(self) -> Periodic:
         self.take()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+        self._start_thread()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.stop()
         self.take()
         if self.finish is not None:
             self.finish()
@@ -156,15 +153,14 @@ class Periodic:
         import asyncio
 
         await asyncio.to_thread(self.take)
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+        self._start_thread()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         import asyncio
 
-        self._stop.set()
         if self._thread is not None:
+            self._thread.request_stop()
             await asyncio.to_thread(self._thread.join)
         await asyncio.to_thread(self.take)
         if self.finish is not None:

@@ -15,10 +15,8 @@ import time
 from collections import deque
 from collections.abc import Callable, MutableMapping
 from functools import partial
-from itertools import islice
 from typing import Any, Protocol
 
-import cloudpickle
 import psutil
 
 from ..core.annotations import current_span
@@ -31,9 +29,6 @@ from ..core.worker_messages import (
     ExecuteSkipped,
     ExecuteSucceeded,
     GatherDep,
-    GatherDepFailed,
-    GatherDepSucceeded,
-    PauseChanged,
     SendCancelledTasksEnded,
     SendDependencyUnavailable,
     SendReplicasAdded,
@@ -41,78 +36,24 @@ from ..core.worker_messages import (
     SendTaskFinished,
 )
 from ..core.worker_state import WorkerState, WorkerTask
-from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
 from .config import WorkerConfig
 from .execute import TaskRunner, pack_exception, run_task_unmetered
+from .memory_monitor import MemoryMonitor
 from .meter import context_meter
 from .pool import TaskThreadPool
 from .profiler import Profiler
-from .remote import UnserializableResults
 from .slots import RunningSlots
 from .spill import SpillBuffer
-from .trim import trim_memory
+from .transfers import PeerData, PeerTransfers
 from .wire import (
-    DataReply,
-    GetData,
     Heartbeat,
     HeartbeatNow,
     HeartbeatReply,
-    RequestFailed,
-    ResultUnsendable,
-    Run,
-    RunResult,
-    WireError,
-    WorkerPaused,
-    decode,
-    encode,
 )
 
 logger = logging.getLogger(__name__)
 
-# keys named in one transfer log entry, at most (``n_keys`` counts them all): a gather of
-# 10,000 results would otherwise keep 10,000 keys alive per entry
-LOGGED_KEYS = 100
-
 _NO_DATA: dict = {}
-
-
-def _nothing() -> None:
-    pass
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-class _Exact:
-    """A value to be pickled whole on its way to another process.
-
-    The comm layer encodes lists, tuples and dicts as msgpack structure, which
-    gives every list back as a tuple: a task's result must arrive as it was made.
-    Unpickles as the value itself, so the receiver has nothing to unwrap.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __reduce__(self) -> tuple:
-        return (_identity, (self.value,))
-
-
-def _exact(value: Any) -> Any:
-    # other builtins travel exactly; anything else is pickled by the comm layer anyway
-    return _Exact(value) if type(value) in (list, tuple, dict) else value
-
-
-# room kept in a get-data reply for its body besides the values and keys
-_REPLY_HEADROOM = 64 * 1024
-
-
-def _wire_size(value: Any, compress: bool) -> int:
-    """Bytes ``value`` takes in a message (an upper bound without ``compress``)."""
-    return sum(memoryview(f).nbytes for f in dumps(value, compress=compress))
 
 
 def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
@@ -129,15 +70,11 @@ class Channel(Protocol):
     def send(self, msgs: list) -> None: ...
 
 
-class PeerData(Protocol):
-    """How a worker reads keys held by another worker."""
+class Worker(MemoryMonitor, PeerTransfers):
+    """The I/O shell around a WorkerState: the scheduler's messages in, tasks run on its
+    thread pool, heartbeats out. Its memory monitor (memory_monitor.py) and its peer
+    transfers (transfers.py) are mixins."""
 
-    async def get_data(
-        self, peer: str, keys: list[Key], stats: dict | None = None, who: str = ...
-    ) -> tuple[dict, dict]: ...
-
-
-class Worker:
     def __init__(
         self,
         *,
@@ -349,113 +286,6 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def managed_bytes(self) -> int:
-        """Bytes of the results this worker holds in memory."""
-        data = self.data
-        if isinstance(data, SpillBuffer):
-            return data.memory
-        tasks = self.state.tasks
-        return sum(tasks[k].nbytes for k in data if k in tasks)
-
-    def memory_used(self) -> int:
-        """What the pause and spill thresholds compare: the process's memory for a worker
-        process; for an embedded worker, which shares the kernel's process, its data."""
-        if self.in_process:
-            return getattr(self.data, "memory", 0)
-        return self._process.memory_info().rss
-
-    async def _memory_monitor(self) -> None:
-        while not self._closed and self.memory_limit:
-            self.check_memory()
-            await asyncio.sleep(self.memory_monitor_interval)
-
-    def check_memory(self) -> None:
-        """Spill past the spill fraction, pause past the pause fraction (and tell the
-        scheduler, which then sends this worker nothing new), resume below it."""
-        limit = self.memory_limit
-        data = self.data
-        used = self.memory_used()
-        moved = 0
-        if used > self.memory_spill_fraction * limit or self.state.paused:
-            if isinstance(data, SpillBuffer) and data.memory:
-                with context_meter.scope(self._charge_monitor, MeterFrame()):
-                    excess = used - int(self.memory_target_fraction * limit)
-                    moved = data.evict_until(max(0, data.memory - excess))
-            if not self.in_process:
-                # what was spilled or released is still the process's until trimmed;
-                # with nothing spilled, trim now and then (it walks the whole heap)
-                now = time.monotonic()
-                if moved or now - self._trimmed_at > 1.0:
-                    self._trimmed_at = now
-                    trim_memory()
-            used = self.memory_used()
-        over = used > self.memory_pause_fraction * limit
-        if not over:
-            self._pause_waived = False
-        paused = over and not self._pause_waived
-        if paused is not self.state.paused:
-            logger.warning(
-                "Worker %s %s: memory %d MiB of %d MiB",
-                self.address,
-                "paused" if paused else "resumed",
-                used >> 20,
-                limit >> 20,
-            )
-            self._set_paused(paused)
-        if paused:
-            self._check_stuck(used, moved)
-
-    def _set_paused(self, paused: bool) -> None:
-        self._stuck_since = None
-        self.handle(PauseChanged(paused))
-        if self.scheduler is not None and not self._closed:
-            self.scheduler.send([WorkerPaused(paused)])
-
-    def _check_stuck(self, used: int, moved: int) -> None:
-        """Paused, with no task running that could end and free memory, and nothing
-        spilled: the worker cannot get out of that by itself."""
-        if moved or self.pool.running:
-            self._stuck_since = None
-            return
-        now = time.monotonic()
-        if self._stuck_since is None:
-            self._stuck_since = now
-            return
-        if now - self._stuck_since < self.memory_stuck_seconds:
-            return
-        threshold = int(self.memory_pause_fraction * self.memory_limit) >> 20
-        if self.on_memory_stuck is None:  # no nanny to start afresh: better late than never
-            logger.warning(
-                "Worker %s runs tasks again although its memory (%d MiB) is above the pause "
-                "threshold (%d MiB): for %.0f s nothing could be spilled (values that do not "
-                "pickle, or a full disk) and no task ran, so waiting would be forever. Raise "
-                "memory_limit, or free space in the worker's local directory.",
-                self.address,
-                used >> 20,
-                threshold,
-                now - self._stuck_since,
-            )
-            self._pause_waived = True  # until memory falls below the threshold
-            self._set_paused(False)
-            return
-        logger.error(
-            "Worker %s restarts: its memory (%d MiB) has stayed above the pause threshold "
-            "(%d MiB) for %.0f s with no task running and nothing left to spill. Its tasks "
-            "and data will be computed again; if this recurs, raise memory_limit or find "
-            "what holds memory outside the task results (globals, caches, leaks).",
-            self.address,
-            used >> 20,
-            threshold,
-            now - self._stuck_since,
-        )
-        # once: the process is on its way out (not None, which would mean "resume")
-        stuck, self.on_memory_stuck = self.on_memory_stuck, _nothing
-        self._stuck_since = None
-        stuck()
-
-    def _charge_monitor(self, label: Any, value: float, unit: str) -> None:
-        self.metrics.add(("memory-monitor", label, unit), value)
-
     def _wake_from_thread(self) -> None:
         if not self._closed:
             self.loop.call_soon_threadsafe(self._on_tasks_done)
@@ -639,239 +469,6 @@ class Worker:
         if runner is None:  # the thread's first metered task: listen to its meters
             runner = self._runners[ident] = TaskRunner(self.timeline.accounts[ident])
         return runner.run(ts.key, spec, inputs, submitted, (ts.span_id, ts.prefix))
-
-    async def _gather_dep(self, inst: GatherDep) -> None:
-        digests: list[tuple] = []
-        frame = MeterFrame()
-        t0 = time.perf_counter()
-        with context_meter.scope(lambda *d: digests.append(d), frame):
-            start = self.now()
-            stats: dict = {}
-            try:
-                data, nbytes = await self.peers.get_data(
-                    inst.worker, inst.keys, stats, who=self.address
-                )
-            except UnserializableResults as exc:  # those keys fail on the scheduler
-                data, nbytes = exc.data, exc.nbytes
-            except Exception as exc:
-                logger.warning(
-                    "Worker %s could not fetch %d keys from %s: %s",
-                    self.address,
-                    len(inst.keys),
-                    inst.worker,
-                    exc,
-                )
-                self.handle(GatherDepFailed(inst.worker, inst.keys, inst.stimulus_id))
-                return
-            stop = self.now()
-            t1 = time.perf_counter()
-            metered_in_transfer = frame.inner_wall
-            # storing the data may spill: that belongs to this transfer too
-            self.handle(
-                GatherDepSucceeded(inst.worker, data, nbytes, start, stop, inst.stimulus_id)
-            )
-        t2 = time.perf_counter()
-        total_bytes = sum(nbytes.values())
-        if data:
-            self.transfer_incoming_log.append(
-                {
-                    "peer": inst.worker,
-                    "keys": list(islice(data, LOGGED_KEYS)),
-                    "n_keys": len(data),
-                    "total": total_bytes,
-                    "compressed": stats.get("bytes_read", total_bytes),
-                    "start": start,
-                    "stop": stop,
-                }
-            )
-        if self.fine_metrics:
-            add = self.metrics.add
-            add(("gather-dep", "network", "seconds"), max(0.0, t1 - t0 - metered_in_transfer))
-            add(("gather-dep", "network", "bytes"), total_bytes)
-            add(
-                ("gather-dep", "other", "seconds"),
-                max(0.0, t2 - t1 - (frame.inner_wall - metered_in_transfer)),
-            )
-            for label, value, unit in digests:
-                add(("gather-dep", label, unit), value)
-
-    # -- serving peers ----------------------------------------------------------------
-
-    def get_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
-        """The values this worker holds among ``keys`` and their sizes."""
-        if not self.fine_metrics or context_meter.active:
-            return self._get_data(keys)
-        sums: dict[tuple, float] = {}  # summed here: a digest comes for every key read
-
-        def charge(label: Any, value: float, unit: str) -> None:
-            sums[label, unit] = sums.get((label, unit), 0) + value
-
-        with context_meter.scope(charge, MeterFrame()):
-            out = self._get_data(keys)
-        for (label, unit), value in sums.items():
-            self.metrics.add(("get-data", label, unit), value)
-        return out
-
-    def _get_data(self, keys: list[Key]) -> tuple[dict, dict]:
-        data = self.data
-        if isinstance(data, SpillBuffer):
-            out = data.read_many(keys)
-        else:
-            out = {key: data[key] for key in keys if key in data}
-        tasks = self.state.tasks
-        nbytes = {}
-        for key in out:
-            ts = tasks.get(key)
-            nbytes[key] = ts.nbytes if ts is not None else 0
-        return out, nbytes
-
-    async def serve(self, comm: Any, raw: Any) -> None:
-        """Answer one request read from a peer connection (a dict, see engine/wire.py),
-        metering what sending data cost. A request that is none of ours gets an error."""
-        try:
-            msg = decode(raw)
-        except WireError as exc:
-            logger.warning("Worker %s refused a peer's request: %s", self.address, exc)
-            await comm.write(encode(RequestFailed(pack_exception(exc, None)[0])))
-            return
-        if type(msg) is not GetData or not self.fine_metrics:
-            await self._reply(comm, msg)
-            return
-
-        digests: list[tuple] = []
-        frame = MeterFrame()
-        t0 = time.perf_counter()
-        with context_meter.scope(lambda *d: digests.append(d), frame):
-            nbytes = await self._reply(comm, msg)
-        total = time.perf_counter() - t0
-        add = self.metrics.add
-        add(("get-data", "network", "seconds"), max(0.0, total - frame.inner_wall))
-        add(("get-data", "network", "bytes"), nbytes)
-        for label, value, unit in digests:
-            add(("get-data", label, unit), value)
-
-    async def _reply(self, comm: Any, msg: Any) -> int:
-        start = self.now()
-        reply = await self.handle_request(msg)
-        # the requester's limit, if lower than ours: over it, it would drop the comm
-        limit = getattr(msg, "max_size", None)
-        write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
-        try:
-            written = await write(encode(reply))
-        except (SerializationError, MessageTooLargeError) as exc:  # nothing was sent
-            if type(reply) is not DataReply:
-                if isinstance(exc, SerializationError) or type(reply) is not RunResult:
-                    raise
-                # a client.run result too large to send: an error, not a broken comm
-                packed = pack_exception(exc, None)[0]
-                written = await write(encode(RequestFailed(packed)))
-                return 0
-            reply = self.drop_unserializable(reply)
-            if isinstance(exc, MessageTooLargeError):
-                reply = self.fit_reply(reply, exc.limit)
-            written = await write(encode(reply))
-        if type(reply) is not DataReply or not reply.data:
-            return 0
-        return self._log_sent(msg.who, reply.data, reply.nbytes, written, start)
-
-    def send_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
-        """``get_data`` for a reader in this process (an embedded peer, or the kernel's
-        gather): no wire, so what was sent is what was held."""
-        start = self.now()
-        data, nbytes = self.get_data(keys, who)
-        if data:
-            self._log_sent(who, data, nbytes, None, start)
-        return data, nbytes
-
-    def _log_sent(
-        self, who: str, data: dict, nbytes: dict, written: int | None, start: float
-    ) -> int:
-        """Record one transfer out (``written``: bytes on the wire); returns its bytes."""
-        total = sum(nbytes.get(key, 0) for key in data)
-        self.transfer_outgoing_log.append(
-            {
-                "peer": who,
-                "keys": list(islice(data, LOGGED_KEYS)),
-                "n_keys": len(data),
-                "total": total,
-                "compressed": total if written is None else written,
-                "start": start,
-                "stop": self.now(),
-            }
-        )
-        return total
-
-    async def handle_request(self, msg: Any) -> Any:
-        """A peer's (or the kernel's) request on a request/reply connection."""
-        t = type(msg)
-        if t is GetData:  # logged once sent (_reply)
-            data, nbytes = self.get_data(list(msg.keys), msg.who)
-            data = {key: _exact(value) for key, value in data.items()}
-            return DataReply(data, nbytes)
-        if t is Run:
-            try:
-                fn = cloudpickle.loads(msg.function)
-                result = await self.run_function(fn)
-            except Exception as exc:
-                packed, tb = pack_exception(exc, exc.__traceback__)
-                return RequestFailed(packed, tb)
-            return RunResult(cloudpickle.dumps(result))
-        error = ValueError(f"{getattr(msg, 'op', msg)!r} is not a request a worker answers")
-        return RequestFailed(pack_exception(error, None)[0])
-
-    def drop_unserializable(self, reply: DataReply) -> DataReply:
-        """A get-data reply whose values would not pickle: send the rest, report the bad.
-
-        The scheduler marks each bad key erred, so the task fails rather than hangs.
-        """
-        for key, value in list(reply.data.items()):
-            try:
-                check_serializable(value, f"the result of task {key!r}")
-            except SerializationError as exc:
-                self._unsendable(reply, key, exc)
-        return reply
-
-    def fit_reply(self, reply: DataReply, limit: int) -> DataReply:
-        """A get-data reply over the message size limit: as many values as fit.
-
-        Keys left out are listed in ``more`` for the requester to ask again (see
-        ``RemoteData.get_data``); a value that alone is over the limit fails its
-        task, with an error naming its size and the limit. Runs only on replies
-        over the limit, so measuring each value (serialising it) is affordable.
-        """
-        # the body names each key up to twice (data or more, and nbytes)
-        keys_size = 2 * _wire_size(list(reply.data), compress=False)
-        budget = max(limit // 2, limit - _REPLY_HEADROOM - keys_size)
-        used = 0
-        more = []
-        for key, value in list(reply.data.items()):
-            size = _wire_size(value, compress=False)
-            if size > budget:  # compression might bring it under
-                size = _wire_size(value, compress=True)
-            if size > budget:
-                error = MessageTooLargeError(f"the result of task {key!r}", size, limit)
-                used += self._unsendable(reply, key, error)
-            elif used and used + size > budget:
-                more.append(key)
-                del reply.data[key]
-                reply.nbytes.pop(key, None)
-            else:
-                used += size
-        reply.more = more
-        return reply
-
-    def _unsendable(self, reply: DataReply, key: Key, exc: Exception) -> int:
-        """Take ``key`` out of a get-data reply, and fail its task on the scheduler.
-
-        Returns about the bytes the error adds to the reply.
-        """
-        payload, _ = pack_exception(exc, None)
-        reply.errors[key] = (payload, str(exc))
-        del reply.data[key]
-        reply.nbytes.pop(key, None)
-        if self.scheduler is not None:
-            self.scheduler.send([ResultUnsendable(key, payload, str(exc))])
-        return len(payload) + len(str(exc))
 
     async def run_function(self, fn: Callable[..., Any]) -> Any:
         """``client.run``: call ``fn(dask_worker=self)`` (or ``fn()``) on this worker's loop."""

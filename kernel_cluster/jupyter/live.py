@@ -30,6 +30,7 @@ from ..diagnostics.feeds import (
     progress_records,
     span_records,
 )
+from ..diagnostics.periodic import Pause, PeriodicThread
 from ..diagnostics.profile_feed import ProfileFeed, read_profile_snapshot
 from ..diagnostics.snapshots import TaskStreamRecord
 from ..diagnostics.source import DiagnosticsSource
@@ -162,33 +163,30 @@ class Poller:
         publisher: Publisher,
         interval: float,
         name: str = "kernel-cluster-widget",
-        pause: Callable[[threading.Event, float], bool] | None = None,
+        pause: Pause | None = None,
     ):
         self.publisher = publisher
         self.interval = max(interval, MIN_INTERVAL)
-        self._pause = pause or threading.Event.wait
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = PeriodicThread(self._tick, self.interval, name, pause)
 
     def start(self) -> None:
         self._thread.start()
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.running
 
-    def _run(self) -> None:
-        while not self._pause(self._stop, self.interval):
-            try:
-                self.publisher.tick()
-            except (RuntimeError, TimeoutError) as exc:  # the engine closed under us
-                logger.info("Widget updates stopped: %s", exc)
-                return
-            except Exception:
-                logger.exception("Widget update failed; updates stopped")
-                return
+    def _tick(self) -> bool:
+        """One update; False ends the thread."""
+        try:
+            self.publisher.tick()
+        except (RuntimeError, TimeoutError) as exc:  # the engine closed under us
+            logger.info("Widget updates stopped: %s", exc)
+            return False
+        except Exception:
+            logger.exception("Widget update failed; updates stopped")
+            return False
+        return True
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+        self._thread.stop(timeout)

@@ -14,12 +14,13 @@ embedded (there, an instruction is handled in the same loop iteration it is sent
 from __future__ import annotations
 
 import ast
+import asyncio
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psutil
@@ -29,13 +30,25 @@ from kernel_cluster.engine.cluster import KernelCluster
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10, what: str = "") -> None:
-    """Poll ``predicate`` until it is true; fail after ``timeout`` seconds."""
+def _polls(predicate: Callable[[], Any], timeout: float, what: str) -> Iterator[None]:
+    """Yields after each failed check of ``predicate``; fails after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        yield
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10, what: str = "") -> None:
+    """Poll ``predicate`` until it is true; fail after ``timeout`` seconds."""
+    for _ in _polls(predicate, timeout, what):
         time.sleep(0.005)
+
+
+async def wait_for_async(predicate: Callable[[], Any], timeout: float = 5, what: str = "") -> None:
+    """``wait_for`` inside a coroutine: the event loop runs between the checks."""
+    for _ in _polls(predicate, timeout, what):
+        await asyncio.sleep(0.005)
 
 
 def settled(cluster: KernelCluster, read: Callable[[], T], expected: T, what: str = "") -> None:

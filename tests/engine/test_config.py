@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kernel_cluster.client import Client
 from kernel_cluster.engine.cluster import KernelCluster, WorkerSettings
 from kernel_cluster.engine.config import PER_WORKER, SETTINGS, WorkerConfig
-from kernel_cluster.worker import main as worker_main
+from kernel_cluster.worker_cli import main as worker_main
 
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"))
 _seconds = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False)

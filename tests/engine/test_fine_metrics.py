@@ -13,6 +13,8 @@ import pytest
 from kernel_cluster import Client, KernelCluster, context_meter
 from kernel_cluster.futures import wait
 
+from .helpers import wait_for
+
 
 def inc(x):
     return x + 1
@@ -411,20 +413,13 @@ def test_worker_pauses_past_the_pause_fraction_until_memory_falls():
         worker = next(iter(cluster.workers.values()))
         held = client.map(unspillable, range(3), pure=False)  # 24 MB > 80% of 20 MB
         client.gather(held)
-        wait_until(lambda: worker.state.paused, "the worker to pause")
+        wait_for(lambda: worker.state.paused, what="the worker to pause")
         later = client.submit(sleeper, 5)
         time.sleep(0.3)  # long enough for the task to run, were the worker not paused
         assert not later.done()
         del held
         assert later.result(timeout=30) == 5
         assert not worker.state.paused
-
-
-def wait_until(predicate, what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_memory_fractions_are_configurable_and_checked():

@@ -21,6 +21,8 @@ from kernel_cluster.core.spec import Call, evaluate
 from kernel_cluster.diagnostics.profile_feed import unflatten
 from kernel_cluster.engine.profiler import Profiler
 
+from .helpers import wait_for
+
 
 def names(tree: dict) -> dict[str, int]:
     """Samples in which each function name was on the stack."""
@@ -322,14 +324,15 @@ class TaskThread:
 
 
 def wait_until_blocked(profiler: Profiler, ident: int) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        frame = sys._current_frames().get(ident)
-        stack = profiler.frames.task_stack(frame)
-        if stack and stack[-1][1]["name"] == "wait" and "threading" in stack[-1][1]["filename"]:
-            return
-        assert time.monotonic() < deadline, "the task thread never blocked"
-        time.sleep(0.001)
+    def blocked() -> bool:
+        stack = profiler.frames.task_stack(sys._current_frames().get(ident))
+        return (
+            bool(stack)
+            and stack[-1][1]["name"] == "wait"
+            and ("threading" in stack[-1][1]["filename"])
+        )
+
+    wait_for(blocked, what="the task thread to block")
 
 
 def test_samples_are_cut_at_the_task_function():

@@ -1,4 +1,7 @@
-"""The transport contract: ``Comm``, ``Listener``, and ``connect``/``listen``.
+"""The transport contract: the ``Comm`` and ``Listener`` base classes.
+
+``connect``/``listen`` (in the package, ``comm/__init__.py``) pick the transport;
+the transports import this module, never the other way round.
 
 An address is ``scheme://location``:
 
@@ -26,7 +29,7 @@ from .errors import CommClosedError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Comm", "Handler", "Listener", "connect", "listen", "parse_address"]
+__all__ = ["Comm", "Handler", "Listener", "ListenerBase"]
 
 
 class Comm(abc.ABC):
@@ -150,55 +153,3 @@ class ListenerBase(Listener):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def parse_address(address: str) -> tuple[str, str]:
-    """Split ``scheme://location``; raises ValueError on a bad address."""
-    scheme, sep, location = address.partition("://")
-    if not sep or not scheme:
-        raise ValueError(
-            f"address {address!r} has no scheme; use 'tcp://HOST:PORT' or 'inproc://NAME'"
-        )
-    if scheme not in ("tcp", "inproc"):
-        raise ValueError(f"address {address!r}: unknown scheme {scheme!r}; use 'tcp' or 'inproc'")
-    return scheme, location
-
-
-async def connect(
-    address: str, *, secret: bytes | None, timeout: float = 10, **options: Any
-) -> Comm:
-    """Open a comm to the listener at ``address``.
-
-    ``secret`` is required for TCP and ignored by inproc. ``options`` go to
-    the transport (TCP: ``max_message_size``, ``max_frames``). Raises
-    ``CommClosedError`` if nobody listens there or the connection fails or
-    ``timeout`` seconds pass, ``AuthenticationError`` if the handshake fails.
-    """
-    scheme, location = parse_address(address)
-    if scheme == "tcp":
-        from . import tcp
-
-        return await tcp.connect(location, secret=secret, timeout=timeout, **options)
-    from . import inproc
-
-    return await inproc.connect(location, **options)
-
-
-async def listen(
-    address: str, handler: Handler, *, secret: bytes | None, **options: Any
-) -> Listener:
-    """Start listening at ``address`` and return the running listener.
-
-    ``listener.address`` is the real address (with the port chosen when 0
-    was asked for). ``secret`` is required for TCP and ignored by inproc.
-    ``options`` go to the transport (TCP: ``handshake_timeout``, ``max_handshakes``,
-    ``max_message_size``, ``max_frames``).
-    """
-    scheme, location = parse_address(address)
-    if scheme == "tcp":
-        from . import tcp
-
-        return await tcp.listen(location, handler, secret=secret, **options)
-    from . import inproc
-
-    return await inproc.listen(location, handler, **options)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "MAX_MESSAGE_SIZE_ENV",
     "AuthenticationError",
     "CommClosedError",
     "CommError",
@@ -34,6 +35,9 @@ __all__ = [
     "ProtocolError",
     "SerializationError",
 ]
+
+# the byte count that overrides the message size limit (read in frames)
+MAX_MESSAGE_SIZE_ENV = "KERNEL_CLUSTER_MAX_MESSAGE_SIZE"
 
 
 class CommError(OSError):
@@ -131,8 +135,6 @@ class MessageTooLargeError(ValueError):
     """
 
     def __init__(self, what: str, size: int, limit: int, detail: str = "") -> None:
-        from .frames import MAX_MESSAGE_SIZE_ENV  # frames imports this module
-
         self.what = what
         self.size = size
         self.limit = limit

@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TypeAlias
 
-from .errors import MessageTooLargeError, ProtocolError
+from .errors import MAX_MESSAGE_SIZE_ENV, MessageTooLargeError, ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_FRAMES",
@@ -62,9 +62,9 @@ MAGIC = b"KCF1"
 DEFAULT_MAX_MESSAGE_SIZE = 1 << 36  # 64 GiB, all frames together
 DEFAULT_MAX_PREALLOC = 64 << 20  # larger frames are committed as their bytes arrive
 DEFAULT_MAX_FRAMES = 16_384
-# Overrides DEFAULT_MAX_MESSAGE_SIZE for the comms a process opens from then on (a
-# byte count). Worker processes inherit it from the kernel, so both ends agree.
-MAX_MESSAGE_SIZE_ENV = "KERNEL_CLUSTER_MAX_MESSAGE_SIZE"
+# MAX_MESSAGE_SIZE_ENV (defined in errors, whose message names it) overrides
+# DEFAULT_MAX_MESSAGE_SIZE for the comms a process opens from then on (a byte count).
+# Worker processes inherit it from the kernel, so both ends agree.
 
 # Anything exposing the buffer protocol; collections.abc.Buffer needs 3.12.
 Buffer: TypeAlias = bytes | bytearray | memoryview

@@ -1,11 +1,11 @@
-"""Shared test plumbing: running coroutines, polling, and comm pairs."""
+"""Shared test plumbing: running coroutines and comm pairs (polling: ``tests.engine.helpers``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -20,15 +20,6 @@ TRANSPORTS = ["inproc", "tcp"]
 def run(coro: Coroutine[Any, Any, T], timeout: float = 20) -> T:
     """Run ``coro`` in a fresh event loop, failing after ``timeout`` seconds."""
     return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await asyncio.sleep(0.005)
 
 
 @dataclass

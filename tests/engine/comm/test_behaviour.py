@@ -16,7 +16,8 @@ from kernel_cluster.engine.comm import (
     listen,
 )
 
-from .helpers import TRANSPORTS, open_pair, run, wait_until
+from ..helpers import wait_for_async
+from .helpers import TRANSPORTS, open_pair, run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -260,7 +261,7 @@ def test_batched_close_flushes_what_is_queued(transport):
         async with open_pair(transport) as pair:
             batched = BatchedSend(pair.client, interval=10)  # never flushes on its own
             batched.send(1)
-            await wait_until(lambda: batched.batch_count == 1, what="the first flush")
+            await wait_for_async(lambda: batched.batch_count == 1, what="the first flush")
             batched.send(2, 3)  # waits out the long interval...
             await batched.close()  # ...unless closing flushes it
             assert await pair.server.read() in ([1], (1,))
@@ -284,7 +285,7 @@ def test_batched_send_raises_once_the_comm_broke(transport):
                     return True
                 return False
 
-            await wait_until(broken, what="send() to notice the broken comm")
+            await wait_for_async(broken, what="send() to notice the broken comm")
             await batched.close()
 
     run(main())

@@ -28,12 +28,12 @@ from kernel_cluster.engine.comm import (
 from kernel_cluster.engine.comm.auth import HELLO_SIZE, Handshake
 from kernel_cluster.engine.comm.frames import MAGIC, encode_header
 
+from ..helpers import wait_for_async
 from .helpers import (
     raw_authenticate,
     raw_connect,
     recv_until_closed,
     run,
-    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -111,7 +111,7 @@ def test_pickle_before_authentication_is_never_loaded(tmp_path, warnings, after_
         finally:
             sock.close()
         assert len(received) == HELLO_SIZE  # the server's hello, never its proof
-        await wait_until(lambda: "Refused connection" in warnings.text, what="a warning")
+        await wait_for_async(lambda: "Refused connection" in warnings.text, what="a warning")
         assert server.accepted == []  # the handler never saw this peer
         await server.check_still_serving()
         await listener.stop()
@@ -130,7 +130,7 @@ def test_silent_peer_is_dropped_after_the_handshake_timeout(warnings):
             assert len(await recv_until_closed(sock, timeout=5)) == HELLO_SIZE
         finally:
             sock.close()
-        await wait_until(lambda: "no complete handshake" in warnings.text, what="a warning")
+        await wait_for_async(lambda: "no complete handshake" in warnings.text, what="a warning")
         await server.check_still_serving()
         await listener.stop()
 
@@ -144,7 +144,7 @@ def test_wrong_secret_is_refused(warnings):
         with pytest.raises(AuthenticationError, match="does not accept our secret") as info:
             await connect(listener.address, secret=new_secret())
         assert info.value.address == listener.address
-        await wait_until(lambda: "does not hold the cluster secret" in warnings.text)
+        await wait_for_async(lambda: "does not hold the cluster secret" in warnings.text)
         assert server.accepted == []
         await server.check_still_serving()
         await listener.stop()
@@ -207,7 +207,7 @@ def test_garbage_before_authentication_closes_that_connection_only(warnings, dat
             assert len(await recv_until_closed(sock)) == HELLO_SIZE
         finally:
             sock.close()
-        await wait_until(lambda: "Refused connection" in warnings.text, what="a warning")
+        await wait_for_async(lambda: "Refused connection" in warnings.text, what="a warning")
         await good.write("still here")
         assert await good.read() == ("echo", "still here")
         await server.check_still_serving()
@@ -241,7 +241,7 @@ def test_broken_frames_after_authentication_close_that_comm_only(warnings, data)
             assert await recv_until_closed(sock) == b""
         finally:
             sock.close()
-        await wait_until(lambda: len(server.errors) == 1, what="the handler to fail")
+        await wait_for_async(lambda: len(server.errors) == 1, what="the handler to fail")
         assert isinstance(server.errors[0], ProtocolError)
         (raw_comm,) = [c for c in server.accepted if c.peer_address == raw_address]
         assert raw_comm.closed()

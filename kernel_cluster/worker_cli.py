@@ -1,4 +1,5 @@
-"""``kernel-cluster-worker ADDRESS``: join a cluster running elsewhere on this machine.
+"""``kernel-cluster-worker ADDRESS`` (or ``python -m kernel_cluster.worker_cli``, as the
+nanny in engine/cluster.py starts it): join a cluster running elsewhere on this machine.
 
 The cluster's secret comes from the ``KERNEL_CLUSTER_TOKEN`` environment variable
 (hex) or from ``--token-file``, never from the command line, where other users of

@@ -1,0 +1,265 @@
+"""The nanny: a cluster's worker subprocesses, started, watched, replaced and ended.
+
+KernelCluster (cluster.py) composes one in process mode. Every method that starts or
+ends a process runs on the cluster's loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .comm import TOKEN_ENV
+from .config import WorkerConfig
+from .slots import read_running
+
+if TYPE_CHECKING:
+    from .remote import SchedulerServer
+    from .scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+KILL_GRACE = 2.0  # seconds a dropped worker process has to end on SIGTERM before SIGKILL
+RESTART_DELAY = 0.2  # seconds before a failed restart is tried again; doubles each time
+RESTART_DELAY_MAX = 10.0
+
+__all__ = ["Nanny"]
+
+
+class _WorkerProcess:
+    """The nanny's record of one worker subprocess."""
+
+    def __init__(self, name: str, proc: asyncio.subprocess.Process):
+        self.name = name
+        self.proc = proc
+        self.address = ""
+        self.registered = asyncio.Event()
+        self.stopping = False
+        self.monitor: asyncio.Task | None = None
+        self.ending: asyncio.Task | None = None  # killing a process the scheduler dropped
+
+
+class Nanny:
+    """Starts ``kernel_cluster.worker_cli`` processes that join ``server``, restarts those
+    that die while the cluster runs, and ends those the scheduler dropped."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        secret: bytes,
+        local_directory: str,
+        config_of: Callable[[str], WorkerConfig],
+        names: Iterator[int],
+        status: Callable[[], str],
+        start_timeout: float,
+    ) -> None:
+        """``config_of(name)``: a worker's settings; ``names``: numbers for new worker
+        names (never reused); ``status()``: the cluster's status."""
+        self.scheduler = scheduler
+        self.secret = secret
+        self.local_directory = local_directory
+        self.config_of = config_of
+        self.names = names
+        self.status = status
+        self.start_timeout = start_timeout
+        self.server: SchedulerServer | None = None  # set once it listens
+        self.target = 0  # worker processes wanted: failed restarts are retried
+        self._procs: dict[str, _WorkerProcess] = {}
+        self._monitors: set[asyncio.Task] = set()  # also those retrying a restart
+
+    @property
+    def n_live(self) -> int:
+        """Processes started and not being stopped."""
+        return sum(1 for wp in self._procs.values() if not wp.stopping)
+
+    def pids(self) -> dict[str, int]:
+        """Process id of each worker subprocess, by address."""
+        return {wp.address: wp.proc.pid for wp in self._procs.values() if wp.address}
+
+    async def spawn_many(self, n: int) -> None:
+        await asyncio.gather(*(self._spawn() for _ in range(n)))
+
+    async def _spawn(self) -> _WorkerProcess:
+        assert self.server is not None
+        name = f"worker-{next(self.names)}"
+        env = dict(os.environ)
+        env[TOKEN_ENV] = self.secret.hex()
+        # Forked from the loop thread, which lives as long as the cluster: the worker's
+        # death signal (PR_SET_PDEATHSIG, tied to the thread that forks) fires when the
+        # kernel dies; the worker then removes its directory, and the last one the
+        # cluster's (kernel_cluster/worker_cli.py).
+        config = self.config_of(name).replace(
+            remove_local_directory=True,
+            cluster_directory=self.local_directory,
+            owner_pid=os.getpid(),
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "kernel_cluster.worker_cli",
+            self.server.address,
+            *config.to_argv(),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        wp = _WorkerProcess(name, proc)
+        self._procs[name] = wp
+        wp.monitor = asyncio.get_running_loop().create_task(self._monitor(wp))
+        self._monitors.add(wp.monitor)
+        wp.monitor.add_done_callback(self._monitors.discard)
+        exited = asyncio.ensure_future(proc.wait())
+        registered = asyncio.ensure_future(wp.registered.wait())
+        await asyncio.wait(
+            {exited, registered},
+            timeout=self.start_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        exited.cancel()
+        registered.cancel()
+        if not wp.registered.is_set():
+            wp.stopping = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise RuntimeError(
+                f"Worker process {name} did not start (exit code {proc.returncode}); "
+                "its error output is in the kernel's log."
+            )
+        return wp
+
+    def on_register(self, address: str, reg: Any) -> None:
+        """``reg``: the worker's RegisterWorker message (engine/wire.py)."""
+        wp = self._procs.get(reg.name)
+        if wp is not None:
+            wp.address = address
+            wp.registered.set()
+
+    def on_lost(self, address: str) -> None:
+        """The scheduler lost ``address``'s stream (no heartbeat, unreachable, broken):
+        a process still running there is hung or cut off, and would hold its memory
+        and threads for ever. End it; ``_monitor`` then replaces it."""
+        for wp in self._procs.values():
+            if wp.address == address and not wp.stopping and wp.proc.returncode is None:
+                if wp.ending is None and self.status() == "running":
+                    logger.warning(
+                        "Worker %s (pid %d) was dropped by the scheduler; ending its process",
+                        wp.name,
+                        wp.proc.pid,
+                    )
+                    wp.ending = asyncio.get_running_loop().create_task(self._end(wp))
+                return
+
+    async def _end(self, wp: _WorkerProcess) -> None:
+        """SIGTERM (the worker cleans up its directory), then SIGKILL after a grace: a
+        task holding the GIL keeps the SIGTERM handler from ever running."""
+        with contextlib.suppress(ProcessLookupError):
+            wp.proc.terminate()
+        try:
+            await asyncio.wait_for(asyncio.shield(wp.proc.wait()), KILL_GRACE)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                wp.proc.kill()
+
+    def running_on(self, address: str) -> list[bytes] | None:
+        """What the task threads of the worker process at ``address`` were running."""
+        for wp in self._procs.values():
+            if wp.address == address:
+                return read_running(os.path.join(self.local_directory, wp.name))
+        return None
+
+    async def _monitor(self, wp: _WorkerProcess) -> None:
+        code = await wp.proc.wait()
+        if wp.address:
+            self.scheduler.remove_worker(
+                wp.address,
+                reason=f"process exited ({code})",
+                expected=wp.stopping,
+                running=None if wp.stopping else self.running_on(wp.address),
+            )
+        self._procs.pop(wp.name, None)
+        # a process that crashed could not remove its directory (spill files, slots, now
+        # read): its name is not used again, so nothing else will
+        shutil.rmtree(os.path.join(self.local_directory, wp.name), ignore_errors=True)
+        if wp.stopping or self.status() not in ("running", "starting"):
+            return
+        if not wp.registered.is_set():
+            return  # a start that failed: ``_spawn`` raises, its caller retries
+        logger.warning("Worker %s died (exit code %s); starting a new one", wp.name, code)
+        await self._replace()
+
+    def _short(self) -> bool:
+        return self.status() in ("running", "starting") and self.n_live < self.target
+
+    async def _replace(self) -> None:
+        """Start a worker in place of one that died; a start that fails (a spawn error,
+        a flood of connections) is tried again, less and less often, for as long as
+        the cluster runs and is short of workers."""
+        delay = RESTART_DELAY
+        attempt = 0
+        while self._short():
+            attempt += 1
+            try:
+                wp = await self._spawn()
+            except Exception as exc:
+                if not self._short():
+                    return  # closed or scaled down meanwhile: no worker wanted
+                logger.warning(
+                    "Could not restart a worker (attempt %d): %s; trying again in %.1f s",
+                    attempt,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESTART_DELAY_MAX)
+                continue
+            if attempt > 1:
+                logger.warning("Restarted worker %s after %d attempts", wp.name, attempt)
+            return
+
+    async def scale(self, n: int) -> None:
+        self.target = n
+        live = [wp for wp in self._procs.values() if not wp.stopping]
+        if len(live) < n:
+            await asyncio.gather(*(self._spawn() for _ in range(n - len(live))))
+        elif len(live) > n:
+            await asyncio.gather(*(self._stop_process(wp) for wp in live[n:]))
+
+    async def _stop_process(self, wp: _WorkerProcess, timeout: float = 5.0) -> None:
+        wp.stopping = True
+        if wp.address:
+            self.scheduler.remove_worker(wp.address, reason="stopped", expected=True)
+        if wp.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                wp.proc.terminate()
+            try:
+                await asyncio.wait_for(wp.proc.wait(), timeout)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    wp.proc.kill()
+                await wp.proc.wait()
+        if wp.ending is not None:
+            await asyncio.gather(wp.ending, return_exceptions=True)
+        if wp.monitor is not None:
+            await asyncio.gather(wp.monitor, return_exceptions=True)
+
+    async def stop_all(self) -> None:
+        """Stop every process, and the restarts waiting to be tried again."""
+        await asyncio.gather(
+            *(self._stop_process(wp) for wp in list(self._procs.values())),
+            return_exceptions=True,
+        )
+        for task in list(self._monitors):
+            task.cancel()
+        await asyncio.gather(*self._monitors, return_exceptions=True)
+
+    def kill_all(self) -> None:
+        """SIGKILL whatever is left (the loop could not stop them: be blunt)."""
+        for wp in list(self._procs.values()):
+            with contextlib.suppress(ProcessLookupError):
+                wp.proc.kill()

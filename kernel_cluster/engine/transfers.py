@@ -1,0 +1,344 @@
+"""Peer transfers of a worker: fetching dependencies from peers, serving its data to
+them (fitting replies to the message size limit), and the logs of both.
+
+A part of ``engine.worker.Worker`` (a mixin: it reads the worker's state, data, peers
+and metrics); apart so that the worker module holds the task shell alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import MutableMapping
+from functools import partial
+from itertools import islice
+from typing import TYPE_CHECKING, Any, Protocol
+
+import cloudpickle
+
+from ..core.keys import Key
+from ..core.metrics import MeterFrame, MetricsLedger
+from ..core.worker_messages import GatherDep, GatherDepFailed, GatherDepSucceeded
+from ..core.worker_state import WorkerState
+from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
+from .execute import pack_exception
+from .meter import context_meter
+from .remote import UnserializableResults
+from .spill import SpillBuffer
+from .wire import (
+    DataReply,
+    GetData,
+    RequestFailed,
+    ResultUnsendable,
+    Run,
+    RunResult,
+    WireError,
+    decode,
+    encode,
+)
+
+logger = logging.getLogger("kernel_cluster.engine.worker")  # where its warnings always went
+
+__all__ = ["LOGGED_KEYS", "PeerData", "PeerTransfers"]
+
+# keys named in one transfer log entry, at most (``n_keys`` counts them all): a gather of
+# 10,000 results would otherwise keep 10,000 keys alive per entry
+LOGGED_KEYS = 100
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+class _Exact:
+    """A value to be pickled whole on its way to another process.
+
+    The comm layer encodes lists, tuples and dicts as msgpack structure, which
+    gives every list back as a tuple: a task's result must arrive as it was made.
+    Unpickles as the value itself, so the receiver has nothing to unwrap.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple:
+        return (_identity, (self.value,))
+
+
+def _exact(value: Any) -> Any:
+    # other builtins travel exactly; anything else is pickled by the comm layer anyway
+    return _Exact(value) if type(value) in (list, tuple, dict) else value
+
+
+# room kept in a get-data reply for its body besides the values and keys
+_REPLY_HEADROOM = 64 * 1024
+
+
+def _wire_size(value: Any, compress: bool) -> int:
+    """Bytes ``value`` takes in a message (an upper bound without ``compress``)."""
+    return sum(memoryview(f).nbytes for f in dumps(value, compress=compress))
+
+
+class PeerData(Protocol):
+    """How a worker reads keys held by another worker."""
+
+    async def get_data(
+        self, peer: str, keys: list[Key], stats: dict | None = None, who: str = ...
+    ) -> tuple[dict, dict]: ...
+
+
+class PeerTransfers:
+    """Transfers of a Worker to and from its peers (set up in ``Worker.__init__``)."""
+
+    # the worker's, read here
+    address: str
+    data: MutableMapping
+    state: WorkerState
+    peers: PeerData
+    metrics: MetricsLedger
+    fine_metrics: bool
+    scheduler: Any
+    transfer_incoming_log: deque[dict]
+    transfer_outgoing_log: deque[dict]
+
+    if TYPE_CHECKING:  # Worker's methods
+
+        def now(self) -> float: ...
+        def handle(self, *events: Any) -> None: ...
+        async def run_function(self, fn: Any) -> Any: ...
+
+    async def _gather_dep(self, inst: GatherDep) -> None:
+        digests: list[tuple] = []
+        frame = MeterFrame()
+        t0 = time.perf_counter()
+        with context_meter.scope(lambda *d: digests.append(d), frame):
+            start = self.now()
+            stats: dict = {}
+            try:
+                data, nbytes = await self.peers.get_data(
+                    inst.worker, inst.keys, stats, who=self.address
+                )
+            except UnserializableResults as exc:  # those keys fail on the scheduler
+                data, nbytes = exc.data, exc.nbytes
+            except Exception as exc:
+                logger.warning(
+                    "Worker %s could not fetch %d keys from %s: %s",
+                    self.address,
+                    len(inst.keys),
+                    inst.worker,
+                    exc,
+                )
+                self.handle(GatherDepFailed(inst.worker, inst.keys, inst.stimulus_id))
+                return
+            stop = self.now()
+            t1 = time.perf_counter()
+            metered_in_transfer = frame.inner_wall
+            # storing the data may spill: that belongs to this transfer too
+            self.handle(
+                GatherDepSucceeded(inst.worker, data, nbytes, start, stop, inst.stimulus_id)
+            )
+        t2 = time.perf_counter()
+        total_bytes = sum(nbytes.values())
+        if data:
+            self.transfer_incoming_log.append(
+                {
+                    "peer": inst.worker,
+                    "keys": list(islice(data, LOGGED_KEYS)),
+                    "n_keys": len(data),
+                    "total": total_bytes,
+                    "compressed": stats.get("bytes_read", total_bytes),
+                    "start": start,
+                    "stop": stop,
+                }
+            )
+        if self.fine_metrics:
+            add = self.metrics.add
+            add(("gather-dep", "network", "seconds"), max(0.0, t1 - t0 - metered_in_transfer))
+            add(("gather-dep", "network", "bytes"), total_bytes)
+            add(
+                ("gather-dep", "other", "seconds"),
+                max(0.0, t2 - t1 - (frame.inner_wall - metered_in_transfer)),
+            )
+            for label, value, unit in digests:
+                add(("gather-dep", label, unit), value)
+
+    # -- serving peers ----------------------------------------------------------------
+
+    def get_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
+        """The values this worker holds among ``keys`` and their sizes."""
+        if not self.fine_metrics or context_meter.active:
+            return self._get_data(keys)
+        sums: dict[tuple, float] = {}  # summed here: a digest comes for every key read
+
+        def charge(label: Any, value: float, unit: str) -> None:
+            sums[label, unit] = sums.get((label, unit), 0) + value
+
+        with context_meter.scope(charge, MeterFrame()):
+            out = self._get_data(keys)
+        for (label, unit), value in sums.items():
+            self.metrics.add(("get-data", label, unit), value)
+        return out
+
+    def _get_data(self, keys: list[Key]) -> tuple[dict, dict]:
+        data = self.data
+        if isinstance(data, SpillBuffer):
+            out = data.read_many(keys)
+        else:
+            out = {key: data[key] for key in keys if key in data}
+        tasks = self.state.tasks
+        nbytes = {}
+        for key in out:
+            ts = tasks.get(key)
+            nbytes[key] = ts.nbytes if ts is not None else 0
+        return out, nbytes
+
+    async def serve(self, comm: Any, raw: Any) -> None:
+        """Answer one request read from a peer connection (a dict, see engine/wire.py),
+        metering what sending data cost. A request that is none of ours gets an error."""
+        try:
+            msg = decode(raw)
+        except WireError as exc:
+            logger.warning("Worker %s refused a peer's request: %s", self.address, exc)
+            await comm.write(encode(RequestFailed(pack_exception(exc, None)[0])))
+            return
+        if type(msg) is not GetData or not self.fine_metrics:
+            await self._reply(comm, msg)
+            return
+
+        digests: list[tuple] = []
+        frame = MeterFrame()
+        t0 = time.perf_counter()
+        with context_meter.scope(lambda *d: digests.append(d), frame):
+            nbytes = await self._reply(comm, msg)
+        total = time.perf_counter() - t0
+        add = self.metrics.add
+        add(("get-data", "network", "seconds"), max(0.0, total - frame.inner_wall))
+        add(("get-data", "network", "bytes"), nbytes)
+        for label, value, unit in digests:
+            add(("get-data", label, unit), value)
+
+    async def _reply(self, comm: Any, msg: Any) -> int:
+        start = self.now()
+        reply = await self.handle_request(msg)
+        # the requester's limit, if lower than ours: over it, it would drop the comm
+        limit = getattr(msg, "max_size", None)
+        write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
+        try:
+            written = await write(encode(reply))
+        except (SerializationError, MessageTooLargeError) as exc:  # nothing was sent
+            if type(reply) is not DataReply:
+                if isinstance(exc, SerializationError) or type(reply) is not RunResult:
+                    raise
+                # a client.run result too large to send: an error, not a broken comm
+                packed = pack_exception(exc, None)[0]
+                written = await write(encode(RequestFailed(packed)))
+                return 0
+            reply = self.drop_unserializable(reply)
+            if isinstance(exc, MessageTooLargeError):
+                reply = self.fit_reply(reply, exc.limit)
+            written = await write(encode(reply))
+        if type(reply) is not DataReply or not reply.data:
+            return 0
+        return self._log_sent(msg.who, reply.data, reply.nbytes, written, start)
+
+    def send_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
+        """``get_data`` for a reader in this process (an embedded peer, or the kernel's
+        gather): no wire, so what was sent is what was held."""
+        start = self.now()
+        data, nbytes = self.get_data(keys, who)
+        if data:
+            self._log_sent(who, data, nbytes, None, start)
+        return data, nbytes
+
+    def _log_sent(
+        self, who: str, data: dict, nbytes: dict, written: int | None, start: float
+    ) -> int:
+        """Record one transfer out (``written``: bytes on the wire); returns its bytes."""
+        total = sum(nbytes.get(key, 0) for key in data)
+        self.transfer_outgoing_log.append(
+            {
+                "peer": who,
+                "keys": list(islice(data, LOGGED_KEYS)),
+                "n_keys": len(data),
+                "total": total,
+                "compressed": total if written is None else written,
+                "start": start,
+                "stop": self.now(),
+            }
+        )
+        return total
+
+    async def handle_request(self, msg: Any) -> Any:
+        """A peer's (or the kernel's) request on a request/reply connection."""
+        t = type(msg)
+        if t is GetData:  # logged once sent (_reply)
+            data, nbytes = self.get_data(list(msg.keys), msg.who)
+            data = {key: _exact(value) for key, value in data.items()}
+            return DataReply(data, nbytes)
+        if t is Run:
+            try:
+                fn = cloudpickle.loads(msg.function)
+                result = await self.run_function(fn)
+            except Exception as exc:
+                packed, tb = pack_exception(exc, exc.__traceback__)
+                return RequestFailed(packed, tb)
+            return RunResult(cloudpickle.dumps(result))
+        error = ValueError(f"{getattr(msg, 'op', msg)!r} is not a request a worker answers")
+        return RequestFailed(pack_exception(error, None)[0])
+
+    def drop_unserializable(self, reply: DataReply) -> DataReply:
+        """A get-data reply whose values would not pickle: send the rest, report the bad.
+
+        The scheduler marks each bad key erred, so the task fails rather than hangs.
+        """
+        for key, value in list(reply.data.items()):
+            try:
+                check_serializable(value, f"the result of task {key!r}")
+            except SerializationError as exc:
+                self._unsendable(reply, key, exc)
+        return reply
+
+    def fit_reply(self, reply: DataReply, limit: int) -> DataReply:
+        """A get-data reply over the message size limit: as many values as fit.
+
+        Keys left out are listed in ``more`` for the requester to ask again (see
+        ``RemoteData.get_data``); a value that alone is over the limit fails its
+        task, with an error naming its size and the limit. Runs only on replies
+        over the limit, so measuring each value (serialising it) is affordable.
+        """
+        # the body names each key up to twice (data or more, and nbytes)
+        keys_size = 2 * _wire_size(list(reply.data), compress=False)
+        budget = max(limit // 2, limit - _REPLY_HEADROOM - keys_size)
+        used = 0
+        more = []
+        for key, value in list(reply.data.items()):
+            size = _wire_size(value, compress=False)
+            if size > budget:  # compression might bring it under
+                size = _wire_size(value, compress=True)
+            if size > budget:
+                error = MessageTooLargeError(f"the result of task {key!r}", size, limit)
+                used += self._unsendable(reply, key, error)
+            elif used and used + size > budget:
+                more.append(key)
+                del reply.data[key]
+                reply.nbytes.pop(key, None)
+            else:
+                used += size
+        reply.more = more
+        return reply
+
+    def _unsendable(self, reply: DataReply, key: Key, exc: Exception) -> int:
+        """Take ``key`` out of a get-data reply, and fail its task on the scheduler.
+
+        Returns about the bytes the error adds to the reply.
+        """
+        payload, _ = pack_exception(exc, None)
+        reply.errors[key] = (payload, str(exc))
+        del reply.data[key]
+        reply.nbytes.pop(key, None)
+        if self.scheduler is not None:
+            self.scheduler.send([ResultUnsendable(key, payload, str(exc))])
+        return len(payload) + len(str(exc))

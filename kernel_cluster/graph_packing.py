@@ -1,0 +1,151 @@
+"""Graph packing: what the client sends the scheduler for a submission.
+
+Arguments with their futures swapped for references (``replace_futures``), tasks
+pickled for another process with an error naming the part that cannot travel
+(``dumps_task``), and a submission's annotations: its span, where it may run, the
+user's code that made it (``placement``). ``collect_futures``/``rebuild`` do the
+reverse for ``gather``.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from collections.abc import Iterable
+from types import FrameType
+from typing import Any
+
+import cloudpickle
+
+from .core.annotations import current_span
+from .core.keys import Key
+from .core.spec import Call, Ref, TaskSpec, holds_refs
+from .engine.comm import SerializationError
+from .futures import Future
+
+__all__ = [
+    "collect_futures",
+    "dumps_task",
+    "placement",
+    "rebuild",
+    "replace_futures",
+    "user_code",
+]
+
+
+def dumps_task(key: Key, spec: TaskSpec) -> bytes:
+    """Pickle a task for another process, or say which part of it cannot travel."""
+    try:
+        return cloudpickle.dumps(spec, protocol=5)
+    except Exception as exc:
+        call = spec.expr
+        parts: list[tuple[str, Any]] = [("the function", call.func)]
+        parts += [(f"argument {i}", a) for i, a in enumerate(call.args)]
+        parts += [(f"keyword argument {k!r}", v) for k, v in (call.kwargs or {}).items()]
+        for what, obj in parts:
+            try:
+                cloudpickle.dumps(obj, protocol=5)
+            except Exception as inner:
+                raise SerializationError(
+                    f"{what} of task {key!r}",
+                    type(obj).__name__,
+                    f"{type(inner).__name__}: {inner}",
+                ) from None
+        raise SerializationError(
+            f"task {key!r}", type(spec).__name__, f"{type(exc).__name__}: {exc}"
+        ) from None
+
+
+def placement(
+    workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1
+) -> dict | None:
+    """A submission's annotations: its span, where it may run, the code that made it."""
+    out: dict[str, Any] = {}
+    current = current_span.get()
+    if current is not None:
+        out["span"] = {"name": current[0], "ids": current[1]}
+    if code_frames:
+        out["code"] = user_code(code_frames)
+    if workers is not None:
+        if isinstance(workers, str):
+            workers = [workers]
+        out["workers"] = tuple(workers)
+        out["allow_other_workers"] = loose
+    return out or None
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_code_cache: dict[tuple[str, int], tuple] = {}
+
+
+def user_code(nframes: int) -> tuple:
+    """(filename, line, function, source line) of the user's frames calling us."""
+    frame: FrameType | None = sys._getframe(2)
+    out: list[tuple[str, int, str, str]] = []
+    while frame is not None and len(out) < nframes:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:
+            where = (filename, frame.f_lineno)
+            entry = _code_cache.get(where)
+            if entry is None:
+                line = linecache.getline(filename, frame.f_lineno).strip()
+                entry = (filename, frame.f_lineno, frame.f_code.co_name, line)
+                if len(_code_cache) < 10_000:
+                    _code_cache[where] = entry
+            out.append(entry)
+        frame = frame.f_back
+    return tuple(out)
+
+
+def replace_futures(obj: Any, deps: set, client: Any) -> Any:
+    """Arguments with every future swapped for a reference to its key."""
+    t = type(obj)
+    if t is Future:
+        if obj.client is not client and obj.client.cluster is not client.cluster:
+            raise ValueError(
+                f"Future {obj.key!r} belongs to another cluster; gather it there first."
+            )
+        deps.add(obj.key)
+        return Ref(obj.key)
+    if t is tuple:
+        items = [replace_futures(v, deps, client) for v in obj]
+        if holds_refs(items):
+            # tasks only look for references inside lists, dicts and calls: rebuild the
+            # tuple from a list when it runs
+            return Call(tuple, (items,))
+        return tuple(items)
+    if t is list:
+        return [replace_futures(v, deps, client) for v in obj]
+    if t is dict:
+        return {k: replace_futures(v, deps, client) for k, v in obj.items()}
+    return obj
+
+
+def collect_futures(obj: Any, out: list[Future]) -> None:
+    t = type(obj)
+    if t is Future:
+        out.append(obj)
+    elif t in (list, tuple, set, frozenset):
+        for v in obj:
+            collect_futures(v, out)
+    elif t is dict:
+        for v in obj.values():
+            collect_futures(v, out)
+
+
+def rebuild(obj: Any, data: dict) -> Any:
+    t = type(obj)
+    if t is Future:
+        return data.get(obj.key)
+    if t is list:
+        return [rebuild(v, data) for v in obj if type(v) is not Future or v.key in data]
+    if t is tuple:
+        return tuple(rebuild(v, data) for v in obj if type(v) is not Future or v.key in data)
+    if t is dict:
+        return {
+            k: rebuild(v, data) for k, v in obj.items() if type(v) is not Future or v.key in data
+        }
+    if t in (set, frozenset):
+        return t(rebuild(v, data) for v in obj)
+    return obj
