@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from .comm import TOKEN_ENV
 from .config import WorkerConfig
 from .slots import read_running
@@ -147,6 +149,8 @@ class Nanny:
         for wp in self._procs.values():
             if wp.address == address and not wp.stopping and wp.proc.returncode is None:
                 if wp.ending is None and self.status() == "running":
+                    if _exited(wp.proc.pid):  # died first (its stream broke): not ours to end
+                        return
                     logger.warning(
                         "Worker %s (pid %d) was dropped by the scheduler; ending its process",
                         wp.name,
@@ -263,3 +267,11 @@ class Nanny:
         for wp in list(self._procs.values()):
             with contextlib.suppress(ProcessLookupError):
                 wp.proc.kill()
+
+
+def _exited(pid: int) -> bool:
+    """Whether the process has exited, though asyncio has not reaped it yet."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
