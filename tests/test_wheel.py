@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,16 +22,25 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_fresh_venv_gets_the_lab_extension_from_the_wheel(tmp_path: Path) -> None:
     if not (ROOT / "kernel_cluster" / "labextension" / "package.json").exists():
         pytest.fail("the lab extension is not built: run `make bundles` first")
+    # a checkout whose bundles are stale: the wheel must carry bundles built from
+    # the sources it ships, not whatever lies in the build directories
+    checkout = _copy_checkout(tmp_path / "checkout")
+    stale = "/* stale: built from other sources */\n"
+    (checkout / "kernel_cluster" / "jupyter" / "static" / "widget.js").write_text(stale)
     dist = tmp_path / "dist"
-    # the bundles were built from these sources by `make`: the wheel takes them as they are
-    env = {**os.environ, "SKIP_JUPYTER_BUILDER": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "SKIP_JUPYTER_BUILDER"}
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), "."],
         check=True,
+        cwd=checkout,
         env=env,
         timeout=600,
     )
     (wheel,) = dist.glob("kernel_cluster-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = zf.read("kernel_cluster/jupyter/static/widget.js").decode()
+    assert shipped != stale
+    assert shipped == (ROOT / "kernel_cluster" / "jupyter" / "static" / "widget.js").read_text()
     fresh = tmp_path / "fresh"
     venv.create(fresh, with_pip=True)
     py = fresh / "bin" / "python"
@@ -63,3 +74,16 @@ def test_a_fresh_venv_gets_the_lab_extension_from_the_wheel(tmp_path: Path) -> N
         timeout=60,
     ).stdout.strip()
     assert Path(static).is_file() and str(fresh) in static
+
+
+def _copy_checkout(dest: Path) -> Path:
+    """The working tree without its environments and build caches; the Node packages
+    are linked (installing them again is the slow part and not under test)."""
+    skip = shutil.ignore_patterns(
+        ".git", ".venv*", "node_modules", "test-results", "artifacts", "__pycache__", "*.egg-info"
+    )
+    shutil.copytree(ROOT, dest, ignore=skip, symlinks=True)
+    for modules in [ROOT / "node_modules", *ROOT.glob("*/node_modules")]:
+        if modules.exists():
+            (dest / modules.relative_to(ROOT)).symlink_to(modules)
+    return dest
