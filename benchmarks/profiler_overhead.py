@@ -56,7 +56,7 @@ def numpy_work(client) -> None:
 
 
 def sampler_cpu(client) -> float:
-    from kernel_cluster.engine.profiler import read_profiler_cost
+    from kernel_cluster.engine.stack_sampler import read_profiler_cost
 
     return sum(client.run(read_profiler_cost).values())
 

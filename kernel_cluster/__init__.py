@@ -7,12 +7,12 @@ from .diagnostics.report import performance_report
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.config import WorkerConfig
-from .engine.meter import context_meter
 from .engine.plugins import SchedulerPlugin
+from .engine.process_meter import context_meter
 from .futures import CancelledError, Future, as_completed, wait
 from .jupyter.lab import register as _register_lab
 from .jupyter.lab import show
-from .jupyter.memory import MemorySampler
+from .jupyter.memory_chart import MemorySampler
 from .jupyter.notebook import progress
 
 __version__ = "0.1.0"

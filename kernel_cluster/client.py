@@ -451,7 +451,7 @@ class Client:
     def get_task_stream(self) -> Any:
         """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of
         exactly the tasks that ran inside the block."""
-        from .diagnostics.task_stream import TaskStreamRecorder
+        from .diagnostics.task_stream_recorder import TaskStreamRecorder
 
         self._check_running()
         return TaskStreamRecorder(self.diagnostics)
@@ -490,15 +490,18 @@ class Client:
         "count", "own", "identifier", "children"}``. ``start`` / ``stop``: timestamps or
         durations ago (``"10s"``); ``key`` / ``prefix``: one task prefix; ``workers``:
         addresses or names; ``filename``: also write an HTML flame graph there."""
-        from .diagnostics.profile import profile
+        from .diagnostics.profile_page import profile_to_file
+        from .diagnostics.profile_query import profile
 
         self._check_running()
-        return profile(self.diagnostics, start, stop, key, prefix, workers, filename)
+        if filename is not None:
+            return profile_to_file(self.diagnostics, filename, start, stop, key, prefix, workers)
+        return profile(self.diagnostics, start, stop, key, prefix, workers)
 
     def profile_metadata(self, start: Any = None, stop: Any = None, workers: Any = None) -> dict:
         """Profile samples over time, in total and per task prefix (for a timeline):
         ``{"counts": [(time, n)], "keys": {prefix: [(time, n)]}}``."""
-        from .diagnostics.profile import profile_metadata
+        from .diagnostics.profile_query import profile_metadata
 
         self._check_running()
         return profile_metadata(self.diagnostics, start, stop, workers)

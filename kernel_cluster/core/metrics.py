@@ -37,8 +37,8 @@ same way):
 5. read: diagnostics/engine_source.py ``EngineSource.fine_metrics`` (after
    ``Scheduler.refresh_metrics``), for ``Client.fine_metrics`` (client.py,
    diagnostics/fine_metrics.py ``to_frame``) and for the widgets;
-6. fed: jupyter/live.py ``Publisher.tick`` (``READERS["metrics"]``) ->
-   diagnostics/feeds.py ``MetricsFeed.update``: deltas against what was sent;
+6. fed: jupyter/publisher.py ``Publisher.tick`` (``READERS["metrics"]``) ->
+   diagnostics/table_feeds.py ``MetricsFeed.update``: deltas against what was sent;
 7. drawn: widgets/src/store.ts ``MetricsTable.apply`` -> widgets/src/fineMetrics.ts
    ``FineMetricsView.render`` (widgets/src/aggregate.ts ``computePanels``, then
    ``drawBars``: the "by activity" panel).

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from ..core.spans import Span
 from ..engine.cluster import KernelCluster
-from ..engine.profiler import read_profile, read_profile_metadata
+from ..engine.stack_sampler import read_profile, read_profile_metadata
 from .snapshots import (
     ClusterInfo,
     FlatRow,
@@ -150,7 +150,7 @@ class EngineSource:
         prefix: str | None = None,
         workers: list[str] | None = None,
     ) -> dict[str, list[FlatRow]]:
-        """Each worker's profile over the window, as ``core.profile.to_flat`` rows."""
+        """Each worker's profile over the window, as ``core.profile_tree.to_flat`` rows."""
         fn = partial(read_profile, start=start, stop=stop, prefix=prefix)
         scheduler = self.cluster.scheduler
         rows: dict[str, list[FlatRow]]

@@ -23,7 +23,7 @@ from .source import Diagnosable, source_of
 MEASURES = ("process", "managed", "unmanaged", "spilled")
 
 
-class MemorySampler:
+class PlainMemorySampler:
     def __init__(self) -> None:
         self.samples: dict[str, list[tuple[float, int]]] = {}
 

@@ -1,7 +1,7 @@
 """PeriodicThread: a daemon thread calling a function every ``interval`` seconds.
 
 One helper for the views' background loops (``memory_sampler.Periodic``,
-``jupyter.live.Poller``). It lives in diagnostics so that jupyter may import it.
+``jupyter.publisher.Poller``). It lives in diagnostics so that jupyter may import it.
 """
 
 from __future__ import annotations

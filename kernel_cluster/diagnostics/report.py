@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.spans import FOLDED_ID, is_default_span_id
-from .feeds import MetricsFeed, RecordsFeed, progress_records, span_records
 from .memory_sampler import Periodic
-from .profile_feed import read_static_profiles
+from .profile_query import read_static_profiles
 from .snapshots import Metrics, SpanInfo, TaskStreamRecord, TransferLogs
 from .source import Diagnosable, DiagnosticsSource, source_of
-from .stream_feed import TaskStreamFeed
+from .table_feeds import MetricsFeed, RecordsFeed, progress_records, span_records
+from .task_stream_feed import TaskStreamFeed
 
 T = TypeVar("T")
 

@@ -30,7 +30,7 @@ SourceKind = Literal["embedded", "processes"]
 # one frame of the user's code that submitted work: (filename, line, function, text)
 CodeFrame = tuple[str, int, str, str]
 
-# a profile tree laid out flat (see core.profile.to_flat): (parent row, identifier,
+# a profile tree laid out flat (see core.profile_tree.to_flat): (parent row, identifier,
 # filename, name, line number, line, samples, own samples)
 FlatRow = tuple[int, str, str, str, int, str, int, int]
 
@@ -208,5 +208,5 @@ class ProfileMetadata:
     cycle_seconds: float | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The shape ``core.profile.merge_metadata`` reads."""
+        """The shape ``core.profile_tree.merge_metadata`` reads."""
         return {"counts": list(self.counts), "keys": {k: list(v) for k, v in self.keys.items()}}

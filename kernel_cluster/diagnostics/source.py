@@ -18,7 +18,7 @@ Where a fine metric travels, from measured to drawn:
 - summed once on the scheduler: ``engine/scheduler.py`` (``add_worker_metrics``
   into ``worker_metrics``; per span in ``core/spans.py``);
 - read through this protocol: ``EngineSource.fine_metrics`` / ``span_metrics``;
-- shaped: ``fine_metrics.py`` (DataFrames), ``feeds.MetricsFeed`` (browser deltas);
+- shaped: ``fine_metrics.py`` (DataFrames), ``table_feeds.MetricsFeed`` (browser deltas);
 - drawn: ``widgets/src/store.ts`` and ``aggregate.ts`` (rows to panel data),
   ``fineMetrics.ts`` (the panels of widgets, JupyterLab and reports alike).
 """
@@ -124,7 +124,7 @@ class DiagnosticsSource(Protocol):
         workers: list[str] | None = None,
     ) -> dict[str, list[FlatRow]]:
         """Each worker's statistical profile over ``[start, stop]`` (None: open), for
-        one task prefix or all, as ``core.profile.to_flat`` rows by worker address;
+        one task prefix or all, as ``core.profile_tree.to_flat`` rows by worker address;
         ``workers``: addresses, None for all."""
         ...
 

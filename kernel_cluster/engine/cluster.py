@@ -14,15 +14,15 @@ import time
 import weakref
 from typing import Any, TypedDict, Unpack
 
-from .channels import Dispatcher, LocalChannel
 from .comm import new_secret, write_secret_file
 from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
+from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
 from .nanny import Nanny
 from .peers import InProcessPeers
-from .remote import ConnectionPool, RemoteData, SchedulerServer
 from .scheduler import Scheduler
+from .tcp_workers import ConnectionPool, RemoteData, SchedulerServer
 from .worker import Worker
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from ..core.keys import Key
 from ..core.metrics import GroupTotals, MeterFrame, TaskTiming, ThreadAccount
 from ..core.sizeof import sizeof
 from ..core.worker_messages import ExecuteFailed, ExecuteSucceeded
-from .meter import context_meter
+from .process_meter import context_meter
 
 # Frames from these files sit between the engine and the user's function; a
 # traceback shown to the user starts below them.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.metrics import MeterFrame, MetricsLedger
 from ..core.worker_messages import PauseChanged
 from ..core.worker_state import WorkerState
-from .meter import context_meter
+from .process_meter import context_meter
 from .spill import SpillBuffer
 from .trim import trim_memory
 from .wire import WorkerPaused

@@ -23,8 +23,8 @@ from .config import WorkerConfig
 from .slots import read_running
 
 if TYPE_CHECKING:
-    from .remote import SchedulerServer
     from .scheduler import Scheduler
+    from .tcp_workers import SchedulerServer
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core.keys import Key
-from .remote import RemoteData
+from .tcp_workers import RemoteData
 
 if TYPE_CHECKING:  # annotations only: worker.py does not import this module
     from .worker import Worker

@@ -46,8 +46,8 @@ from ..core.worker_messages import (
     SendTaskFinished,
 )
 from .plugins import PluginSet, SchedulerPlugin
-from .remote import UnserializableResults
-from .task_stream import TaskStreamPlugin
+from .task_stream_plugin import TaskStreamPlugin
+from .tcp_workers import UnserializableResults
 from .wire import Heartbeat, HeartbeatNow, HeartbeatReply, ResultUnsendable, WorkerPaused
 
 logger = logging.getLogger(__name__)

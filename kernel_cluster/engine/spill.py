@@ -28,7 +28,7 @@ import lz4.frame
 
 from ..core.keys import Key
 from ..core.sizeof import sizeof
-from .meter import context_meter
+from .process_meter import context_meter
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from ..core.worker_messages import GatherDep, GatherDepFailed, GatherDepSucceede
 from ..core.worker_state import WorkerState
 from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
 from .execute import pack_exception
-from .meter import context_meter
-from .remote import UnserializableResults
+from .process_meter import context_meter
 from .spill import SpillBuffer
+from .tcp_workers import UnserializableResults
 from .wire import (
     DataReply,
     GetData,

@@ -39,11 +39,11 @@ from ..core.worker_state import WorkerState, WorkerTask
 from .config import WorkerConfig
 from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .memory_monitor import MemoryMonitor
-from .meter import context_meter
 from .pool import TaskThreadPool
-from .profiler import Profiler
+from .process_meter import context_meter
 from .slots import RunningSlots
 from .spill import SpillBuffer
+from .stack_sampler import StackSampler
 from .transfers import PeerData, PeerTransfers
 from .wire import (
     Heartbeat,
@@ -158,7 +158,7 @@ class Worker(MemoryMonitor, PeerTransfers):
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
         # these threads; its thread starts with the periodic tasks, and stops on close
         self.executing_by_thread: dict[int, tuple[Key, str]] = {}
-        self.profiler: Profiler | None = None
+        self.profiler: StackSampler | None = None
         self._profile_cycle_interval = config.profile_cycle_interval
         if config.profile:
             self.profiler = self._new_profiler(config.profile_interval)
@@ -188,8 +188,8 @@ class Worker(MemoryMonitor, PeerTransfers):
             scope = context_meter.scope(self._charge_storing, MeterFrame()) if on else None
             self.data.store_scope = scope
 
-    def _new_profiler(self, interval: float) -> Profiler:
-        return Profiler(
+    def _new_profiler(self, interval: float) -> StackSampler:
+        return StackSampler(
             self.executing_by_thread,
             self.now,
             interval=interval,

@@ -15,8 +15,8 @@ import time
 
 from .comm import Comm, CommError, connect, listen
 from .config import WorkerConfig
-from .remote import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .slots import RunningSlots
+from .tcp_workers import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .wire import Registered, RegisterWorker, decode, decode_batch, encode
 from .worker import Worker
 

@@ -19,7 +19,7 @@ Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
   sidebar's summary (``cluster_summary``), at most once a second when it changed;
 - ``{"type": "memory", "samples": [[time, process, managed, unmanaged, spilled]]}``:
   the memory history kept here, all of it (after a reload or a new cluster);
-- ``{"type": "update", "parts": [...]}``: the feeds' deltas (``live.Publisher``);
+- ``{"type": "update", "parts": [...]}``: the feeds' deltas (``publisher.Publisher``);
 - ``{"type": "show", "kind": ..., "mode": ...}``: open a panel (``show()``).
 
 Browser -> kernel, validated here (anything else is logged and dropped):
@@ -42,8 +42,8 @@ import time
 from typing import Any
 
 from ..diagnostics.source import DiagnosticsSource, default_source, watch_default_source
-from .live import Publisher, message_size
 from .notebook import in_notebook
+from .publisher import Publisher, message_size
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ import anywidget
 import traitlets
 
 from ..diagnostics.source import Diagnosable, source_of
-from .live import Poller, Publisher
+from .publisher import Poller, Publisher
 
 logger = logging.getLogger(__name__)
 

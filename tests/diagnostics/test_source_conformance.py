@@ -23,7 +23,7 @@ import msgpack
 import pytest
 
 from kernel_cluster import Client, KernelCluster, span
-from kernel_cluster.core.profile import from_flat
+from kernel_cluster.core.profile_tree import from_flat
 from kernel_cluster.core.scheduler_tasks import ALL_STATES
 from kernel_cluster.diagnostics.engine_source import EngineSource
 from kernel_cluster.diagnostics.snapshots import (

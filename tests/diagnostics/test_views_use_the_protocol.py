@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from kernel_cluster import Client, span
-from kernel_cluster.diagnostics.memory_sampler import MemorySampler
-from kernel_cluster.diagnostics.profile import profile, profile_metadata
+from kernel_cluster.diagnostics.memory_sampler import PlainMemorySampler
+from kernel_cluster.diagnostics.profile_query import profile, profile_metadata
 from kernel_cluster.diagnostics.progress_text import TextProgress
 from kernel_cluster.diagnostics.report import performance_report
 from kernel_cluster.diagnostics.source import DiagnosticsSource, source_of
-from kernel_cluster.diagnostics.task_stream import TaskStreamRecorder
-from kernel_cluster.jupyter.live import FEEDS, Publisher
+from kernel_cluster.diagnostics.task_stream_recorder import TaskStreamRecorder
+from kernel_cluster.jupyter.publisher import FEEDS, Publisher
 
 MEMBERS = {
     name
@@ -75,7 +75,7 @@ def test_views_read_through_the_protocol_alone(client: Client, tmp_path: Path) -
     assert source_of(src) is src
     sent: list[dict[str, Any]] = []
     publisher = Publisher(src, FEEDS, lambda content, buffers: sent.append(content))
-    ms = MemorySampler()
+    ms = PlainMemorySampler()
     recorder = TaskStreamRecorder(src)
     report = performance_report(filename=tmp_path / "r.html", client=src, memory_interval=0.02)
     with (

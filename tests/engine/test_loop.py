@@ -6,7 +6,7 @@ import contextvars
 import threading
 
 from kernel_cluster.engine.loop import LoopThread
-from kernel_cluster.engine.meter import context_meter
+from kernel_cluster.engine.process_meter import context_meter
 
 var: contextvars.ContextVar[str | None] = contextvars.ContextVar("var", default=None)
 

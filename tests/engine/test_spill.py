@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernel_cluster.core.metrics import MeterFrame
-from kernel_cluster.engine.meter import context_meter
+from kernel_cluster.engine.process_meter import context_meter
 from kernel_cluster.engine.spill import SpillBuffer
 
 MB = 1_000_000

@@ -9,8 +9,8 @@ import pytest
 from kernel_cluster.client import Client
 from kernel_cluster.core.scheduler_tasks import TaskGroup, TaskPrefix
 from kernel_cluster.core.spans import FOLDED_ID, FoldedSpan, SpanTree
-from kernel_cluster.diagnostics.feeds import MetricsFeed, MetricsReader, metric_key
 from kernel_cluster.diagnostics.report import _subtract
+from kernel_cluster.diagnostics.table_feeds import MetricsFeed, MetricsReader, metric_key
 
 # -- the span tree on its own: events by hand ---------------------------------------------
 

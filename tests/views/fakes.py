@@ -12,7 +12,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from kernel_cluster.core.profile import new_tree, to_flat
+from kernel_cluster.core.profile_tree import new_tree, to_flat
 from kernel_cluster.core.scheduler_tasks import ALL_STATES
 from kernel_cluster.diagnostics.snapshots import (
     ClusterInfo,

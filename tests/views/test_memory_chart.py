@@ -11,8 +11,8 @@ pytest.importorskip("bqplot")
 
 import bqplot
 
-from kernel_cluster.jupyter import memory as memory_module
-from kernel_cluster.jupyter.memory import MemoryChart, MemorySampler
+from kernel_cluster.jupyter import memory_chart as memory_module
+from kernel_cluster.jupyter.memory_chart import MemoryChart, MemorySampler
 
 from ..engine.helpers import wait_for
 from .fakes import Clock, StreamSource

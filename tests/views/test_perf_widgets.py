@@ -6,13 +6,13 @@ import pytest
 
 pytest.importorskip("anywidget")
 
-from kernel_cluster.core.profile import add_stack, describe, new_tree, validate
-from kernel_cluster.diagnostics.profile_feed import flatten, unflatten
+from kernel_cluster.core.profile_tree import add_stack, describe, new_tree, validate
+from kernel_cluster.diagnostics.profile_codec import flatten, unflatten
 from kernel_cluster.jupyter.widgets import ProfileFlameGraph, TaskStream
 
 from ..engine.helpers import wait_for
 from .fakes import Clock, StreamSource
-from .test_live import Browser
+from .test_publisher import Browser
 
 F = describe("app.py", "main", 3, "run()")
 G = describe("work.py", "crunch", 10, "x * x")

@@ -11,7 +11,7 @@ import pytest
 
 from kernel_cluster import performance_report, span
 from kernel_cluster.diagnostics import report as report_module
-from kernel_cluster.diagnostics.feeds import MetricsReader, RecordsReader
+from kernel_cluster.diagnostics.table_feeds import MetricsReader, RecordsReader
 
 from ..engine.helpers import wait_for
 from .fakes import FakeSource, span_info
@@ -94,8 +94,8 @@ def crunch_numbers(x):
 
 
 def report_sections(html: str):
-    from kernel_cluster.diagnostics.profile_feed import unflatten
-    from kernel_cluster.diagnostics.stream_feed import TaskStreamReader
+    from kernel_cluster.diagnostics.profile_codec import unflatten
+    from kernel_cluster.diagnostics.task_stream_feed import TaskStreamReader
 
     data = report_data(html)
     (update,) = data["updates"]
@@ -137,7 +137,7 @@ def test_report_holds_task_stream_profile_memory_and_transfers(client, tmp_path)
 
 
 def _nodes(tree):
-    from kernel_cluster.core.profile import iter_nodes
+    from kernel_cluster.core.profile_tree import iter_nodes
 
     return [n for _, n in iter_nodes(tree)]
 

@@ -12,7 +12,7 @@ from kernel_cluster.jupyter.widgets import Dashboard, FineMetrics, Progress, Spa
 
 from ..engine.helpers import wait_for
 from .fakes import Clock, FakeSource, span_info
-from .test_live import Browser
+from .test_publisher import Browser
 
 CPU = ("execute", "s1", "inc", "thread-cpu", "seconds")
 

@@ -1,6 +1,6 @@
 // One colour per activity, the same in every panel, every update and every view.
 // Known activities get fixed colours chosen to read on light and dark backgrounds
-// (kernel_cluster/jupyter/memory.py draws with some of the same); any other (a
+// (kernel_cluster/jupyter/memory_chart.py draws with some of the same); any other (a
 // user's digest_metric) gets one from a hash of its name. The palettes are d3's
 // (d3-scale-chromatic), picked from, not written out here.
 import {
@@ -50,7 +50,7 @@ export function activityColor(activity: string | null): string {
 
 /** Fixed colours of the task stream's non-compute actions, as the seeds list them:
  * transfer red, disk orange, (de)serialization gray. Indexed by action number
- * (kernel_cluster/diagnostics/stream_feed.py ACTIONS); 0, compute, takes the prefix's. */
+ * (kernel_cluster/diagnostics/task_stream_feed.py ACTIONS); 0, compute, takes the prefix's. */
 export const ACTIONS = ['compute', 'transfer', 'disk-read', 'disk-write', 'deserialize'] as const;
 export const ACTION_COLORS: Record<string, string> = {
   transfer: '#d62728',

@@ -1,5 +1,5 @@
 // The task stream as the browser holds it: typed columns rebuilt from the kernel's
-// messages (kernel_cluster/diagnostics/stream_feed.py), plus what drawing needs:
+// messages (kernel_cluster/diagnostics/task_stream_feed.py), plus what drawing needs:
 // per row, the rectangles sorted by start, the longest one's duration (so that a
 // search by start finds those that began before the view and reach into it), and
 // a colour slot per rectangle.

@@ -21,7 +21,7 @@ export interface Binding {
 /** Binary payloads as the transports hand them over. */
 export type Buffer = ArrayBuffer | ArrayBufferView;
 
-/** One feed's part of an update message (see kernel_cluster/diagnostics/feeds.py). */
+/** One feed's part of an update message (see kernel_cluster/diagnostics/table_feeds.py). */
 export interface MetricsPart {
   feed: 'metrics';
   seq: number;
@@ -40,7 +40,7 @@ export interface RecordsPart<T = unknown> {
   nbuffers: number;
 }
 
-/** New task stream records as columns (kernel_cluster/diagnostics/stream_feed.py). */
+/** New task stream records as columns (kernel_cluster/diagnostics/task_stream_feed.py). */
 export interface TasksPart {
   feed: 'tasks';
   seq: number;

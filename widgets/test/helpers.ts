@@ -1,4 +1,4 @@
-// Test helpers: messages encoded as kernel_cluster/diagnostics/feeds.py encodes them,
+// Test helpers: messages encoded as kernel_cluster/diagnostics/table_feeds.py encodes them,
 // and a mock of the anywidget model (no kernel, no comm).
 import { vi } from 'vitest';
 import type { FlatProfile, NestedFrame } from '../src/profileData';

@@ -40,7 +40,7 @@ import cloudpickle
 import lz4.block
 import msgpack
 
-from ..meter import context_meter
+from ..process_meter import context_meter
 from .errors import ProtocolError, SerializationError
 
 if TYPE_CHECKING:

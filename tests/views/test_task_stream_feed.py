@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from kernel_cluster.diagnostics.snapshots import StartStop, TaskStreamRecord
-from kernel_cluster.diagnostics.stream_feed import TaskStreamFeed, TaskStreamReader
+from kernel_cluster.diagnostics.task_stream_feed import TaskStreamFeed, TaskStreamReader
 
 from .fakes import record
 

@@ -16,10 +16,10 @@ import time
 import pytest
 
 from kernel_cluster import Client, KernelCluster
-from kernel_cluster.core.profile import depth, inclusive_counts, iter_nodes, new_tree, validate
+from kernel_cluster.core.profile_tree import depth, inclusive_counts, iter_nodes, new_tree, validate
 from kernel_cluster.core.spec import Call, evaluate
-from kernel_cluster.diagnostics.profile_feed import unflatten
-from kernel_cluster.engine.profiler import Profiler
+from kernel_cluster.diagnostics.profile_codec import unflatten
+from kernel_cluster.engine.stack_sampler import StackSampler
 
 from .helpers import wait_for
 
@@ -323,7 +323,7 @@ class TaskThread:
         self.thread.join(10)
 
 
-def wait_until_blocked(profiler: Profiler, ident: int) -> None:
+def wait_until_blocked(profiler: StackSampler, ident: int) -> None:
     def blocked() -> bool:
         stack = profiler.frames.task_stack(sys._current_frames().get(ident))
         return (
@@ -338,7 +338,7 @@ def wait_until_blocked(profiler: Profiler, ident: int) -> None:
 def test_samples_are_cut_at_the_task_function():
     clock = [10.0]
     executing: dict[int, tuple] = {}
-    profiler = Profiler(executing, lambda: clock[0], interval=0.01, cycle_interval=1.0)
+    profiler = StackSampler(executing, lambda: clock[0], interval=0.01, cycle_interval=1.0)
     assert profiler.sample() == 0  # no task running: nothing to read
 
     with TaskThread(lambda ev: Call(blocking, (ev,))) as task:
@@ -377,7 +377,7 @@ def test_a_thread_outside_any_task_function_is_not_counted():
     thread = threading.Thread(target=event.wait, args=(30,), daemon=True)
     thread.start()
     try:
-        profiler = Profiler({thread.ident: ("k", "k")}, time.time)
+        profiler = StackSampler({thread.ident: ("k", "k")}, time.time)
         assert profiler.sample() == 0  # the engine's own frames only: nothing of a task
     finally:
         event.set()
@@ -393,7 +393,7 @@ def test_sampling_keeps_no_user_objects_alive():
         pass
 
     executing: dict = {}
-    profiler = Profiler(executing, now=time.time, interval=0.01)
+    profiler = StackSampler(executing, now=time.time, interval=0.01)
     marker = Marker()
     ref = weakref.ref(marker)
     executing[threading.get_ident()] = ("k", "p")
@@ -432,10 +432,10 @@ class _CountingSignal:
 def test_a_stream_of_short_tasks_does_not_wake_the_sampler_per_task():
     """Tasks shorter than the gap between looks come and go unseen; the first one must
     keep the sampler awake, or each of them costs the worker a thread wake-up."""
-    from kernel_cluster.engine import profiler as profiler_module
+    from kernel_cluster.engine import stack_sampler as profiler_module
 
     executing: dict = {}
-    profiler = Profiler(executing, time.time, interval=0.05, cycle_interval=10.0)
+    profiler = StackSampler(executing, time.time, interval=0.05, cycle_interval=10.0)
     signal = profiler._signal = _CountingSignal()
     profiler.start()
     try:
@@ -466,7 +466,7 @@ def test_tiny_tasks_make_the_sampler_look_less_often():
     """Tasks of a microsecond are almost never caught in their own code: the sampler
     backs off to a few looks a second rather than one per interval (core.sampling)."""
     executing: dict = {}
-    profiler = Profiler(executing, time.time, interval=0.005, cycle_interval=10.0)
+    profiler = StackSampler(executing, time.time, interval=0.005, cycle_interval=10.0)
     ident = threading.get_ident()
     expr = Call(tiny, (1,))
     profiler.start()

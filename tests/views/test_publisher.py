@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_cluster.diagnostics.feeds import MetricsReader, RecordsReader
 from kernel_cluster.diagnostics.profile_feed import ProfileReader
-from kernel_cluster.diagnostics.stream_feed import TaskStreamReader
-from kernel_cluster.jupyter.live import MIN_INTERVAL, Poller, Publisher
+from kernel_cluster.diagnostics.table_feeds import MetricsReader, RecordsReader
+from kernel_cluster.diagnostics.task_stream_feed import TaskStreamReader
+from kernel_cluster.jupyter.publisher import MIN_INTERVAL, Poller, Publisher
 
 from ..engine.helpers import wait_for
 from .fakes import Clock, FakeSource, span_info

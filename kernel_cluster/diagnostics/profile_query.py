@@ -1,8 +1,10 @@
 """``client.profile`` and ``client.profile_metadata``: the workers' statistical profiles.
 
-Each worker keeps its own profile (see ``engine/profiler.py``); these functions ask
-the chosen workers, through the DiagnosticsSource, for their samples of a time
-window and merge them here, on the client's side, with ``core.profile.merge``.
+Each worker keeps its own profile (see ``engine/stack_sampler.py``); these functions
+ask the chosen workers, through the DiagnosticsSource, for their samples of a time
+window and merge them here, on the client's side, with ``core.profile_tree.merge``.
+``read_static_profiles`` gathers what a static page (flame graph file, performance
+report) carries.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.keys import key_split
-from ..core.profile import Tree, from_flat, merge_into, merge_metadata, new_tree
+from ..core.profile_tree import Tree, from_flat, merge_into, merge_metadata, new_tree
+from .profile_codec import clean_timeline, static_profiles
 from .source import DiagnosticsSource
 from .timewindow import resolve_window
 
@@ -22,32 +25,28 @@ def profile(
     key: Any = None,
     prefix: str | None = None,
     workers: Any = None,
-    filename: Any = None,
 ) -> Tree:
     """The merged profile tree of ``workers`` (all by default) over ``[start, stop]``.
 
     ``start`` / ``stop``: timestamps on the scheduler's clock or durations ago
     (``"10s"``); None leaves that side open (both None: everything since the workers
     started, beyond the history's reach). ``key`` or ``prefix`` keeps the samples of
-    one task prefix (a key stands for its prefix). ``filename`` also writes an HTML
-    flame graph there.
+    one task prefix (a key stands for its prefix).
     """
-    start_t, stop_t = _window(source, start, stop)
-    prefix = _prefix(key, prefix)
+    start_t, stop_t, prefix = resolve_profile_window(source, start, stop, key, prefix)
     rows = source.profiles(
         start=start_t, stop=stop_t, prefix=prefix, workers=_workers(source, workers)
     )
-    tree = merge_into(new_tree(), *(from_flat(r) for r in rows.values()))
-    if filename is not None:
-        from .flamegraph import page_html
-        from .profile_feed import read_static_profiles, static_profiles
+    return merge_into(new_tree(), *(from_flat(r) for r in rows.values()))
 
-        what = f"tasks {prefix!r}" if prefix is not None else "all tasks"
-        data = read_static_profiles(source, start_t, stop_t, prefix, tree=tree)
-        page = page_html(data or static_profiles({"": tree}), title=f"Profile of {what}")
-        with open(filename, "w", encoding="utf-8") as f:
-            f.write(page)
-    return tree
+
+def resolve_profile_window(
+    source: DiagnosticsSource, start: Any, stop: Any, key: Any, prefix: str | None
+) -> tuple[float | None, float | None, str | None]:
+    """``(start, stop, prefix)`` as ``profile`` reads them: times on the scheduler's
+    clock now (a duration ago becomes a time), a key's prefix for ``key``."""
+    start_t, stop_t = _window(source, start, stop)
+    return start_t, stop_t, _prefix(key, prefix)
 
 
 def profile_metadata(
@@ -99,3 +98,29 @@ def _workers(source: DiagnosticsSource, workers: Any) -> list[str] | None:
         else:
             raise ValueError(f"No worker is called {w!r}; the workers are {sorted(known)!r}.")
     return out
+
+
+def read_static_profiles(
+    source: DiagnosticsSource,
+    start: float | None = None,
+    stop: float | None = None,
+    prefix: str | None = None,
+    max_prefixes: int = 40,
+    tree: Tree | None = None,
+) -> dict[str, Any] | None:
+    """The profile of a window from a source (``tree`` if it was read already), every
+    task's and each prefix's (the ``max_prefixes`` busiest), for a static page; None
+    when there are no samples."""
+    if tree is None:
+        tree = profile(source, start=start, stop=stop, prefix=prefix)
+    if not tree.get("count"):
+        return None
+    timeline = clean_timeline(profile_metadata(source, start=start, stop=stop))
+    trees = {"": tree}
+    if prefix is None:
+        busiest = sorted(timeline["keys"], key=lambda p: -sum(n for _, n in timeline["keys"][p]))
+        for p in busiest[:max_prefixes]:
+            trees[p] = profile(source, start=start, stop=stop, prefix=p)
+    else:
+        timeline = {"counts": timeline["keys"].get(prefix, []), "keys": {}}
+    return static_profiles(trees, timeline, source.profile_interval())

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from kernel_cluster.core.profile import (
+from kernel_cluster.core.profile_tree import (
     ProfileError,
     ProfileLog,
     add_stack,
@@ -27,8 +27,8 @@ from kernel_cluster.core.profile import (
     to_flat,
     validate,
 )
-from kernel_cluster.diagnostics.flamegraph import flame_graph_html
-from kernel_cluster.diagnostics.profile_feed import unflatten
+from kernel_cluster.diagnostics.profile_codec import unflatten
+from kernel_cluster.diagnostics.profile_page import flame_graph_html
 from kernel_cluster.diagnostics.timewindow import parse_duration, resolve_window
 
 F = describe("work.py", "f", 3, "g()")

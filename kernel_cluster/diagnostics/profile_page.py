@@ -15,9 +15,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.profile import Tree
-from .profile_feed import DEFAULT_INTERVAL, static_profiles
+from ..core.profile_tree import Tree
+from .profile_codec import DEFAULT_INTERVAL, static_profiles
+from .profile_query import profile, read_static_profiles, resolve_profile_window
 from .report import render_html
+from .source import DiagnosticsSource
 
 
 def flame_graph_html(
@@ -57,3 +59,24 @@ def write_flame_graph(
     with open(path, "w", encoding="utf-8") as f:
         f.write(flame_graph_html(tree, title, **kwargs))
     return path
+
+
+def profile_to_file(
+    source: DiagnosticsSource,
+    filename: str | os.PathLike[str],
+    start: Any = None,
+    stop: Any = None,
+    key: Any = None,
+    prefix: str | None = None,
+    workers: Any = None,
+) -> Tree:
+    """``client.profile(..., filename=)``: the merged profile, also written as a page
+    with each busy prefix's tree and the timeline of the same window."""
+    start_t, stop_t, prefix = resolve_profile_window(source, start, stop, key, prefix)
+    tree = profile(source, start_t, stop_t, prefix=prefix, workers=workers)
+    what = f"tasks {prefix!r}" if prefix is not None else "all tasks"
+    data = read_static_profiles(source, start_t, stop_t, prefix, tree=tree)
+    page = page_html(data or static_profiles({"": tree}), title=f"Profile of {what}")
+    with open(filename, "w", encoding="utf-8") as f:
+        f.write(page)
+    return tree

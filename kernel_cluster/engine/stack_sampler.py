@@ -2,7 +2,7 @@
 
 About every ``interval`` seconds it reads the frame each task thread is executing
 (``sys._current_frames()``), keeps the part that belongs to the task (from the
-task's function inward) and counts it in a ``core.profile.ProfileLog`` under the
+task's function inward) and counts it in a ``core.profile_tree.ProfileLog`` under the
 task's prefix; every ``cycle_interval`` seconds the log closes a cycle stamped with
 the scheduler's clock. The worker tells which thread runs which task through
 ``Worker.executing_by_thread`` (thread ident -> (key, prefix)).
@@ -13,7 +13,7 @@ stack to the tree does not look at the rest of the tree. Looks come at random
 moments, less often while they catch no task in its own code, each then counting
 for several samples (``core.sampling``): a stream of tiny tasks costs a few looks a
 second, not one per ``interval``. A worker with no task running for a while lets the
-thread rest until one starts (``Profiler.wake``).
+thread rest until one starts (``StackSampler.wake``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any
 
 from ..core import spec as spec_module
-from ..core.profile import Frame, ProfileLog, Tree, describe, new_tree, to_flat
+from ..core.profile_tree import Frame, ProfileLog, Tree, describe, new_tree, to_flat
 from ..core.sampling import SampleSchedule
 
 # A task's function is called by one of these (core/spec.py); the frames outside it
@@ -92,7 +92,7 @@ class FrameCache:
         return entry
 
 
-class Profiler:
+class StackSampler:
     """Samples the threads in ``executing`` (ident -> (key, prefix)) on a thread of its
     own, between ``start()`` and ``stop()``; ``now`` is the scheduler's clock.
 
@@ -276,7 +276,7 @@ def read_profile(
     stop: float | None = None,
     prefix: str | None = None,
 ) -> list:
-    """A worker's profile over the window, in the flat form (see core.profile.to_flat)."""
+    """A worker's profile over the window, in the flat form (see core.profile_tree.to_flat)."""
     profiler = getattr(dask_worker, "profiler", None)
     tree = new_tree() if profiler is None else profiler.get(start, stop, prefix)
     return to_flat(tree)

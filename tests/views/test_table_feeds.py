@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import random
 
-from kernel_cluster.diagnostics.feeds import (
+from kernel_cluster.diagnostics.table_feeds import (
     MetricsFeed,
     MetricsReader,
     RecordsFeed,
     RecordsReader,
     metric_key,
 )
-from kernel_cluster.jupyter.live import message_size, pack
+from kernel_cluster.jupyter.publisher import message_size, pack
 
 BASE = {
     ("execute", "s1", "inc", "thread-cpu", "seconds"): 1.5,
