@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -38,7 +40,29 @@ def random_array(seed):
 
 def numpy_work(array):
     # sorting floats releases the GIL: the threads truly run side by side
-    return float(np.sort(array)[-1])
+    used = time.thread_time()
+    np.sort(array)
+    return time.thread_time() - used  # the CPU seconds this thread spent
+
+
+GIL_HELD = threading.Event()
+
+
+def hold_the_gil(seconds):
+    """Sleeps in C *without* releasing the GIL (ctypes.PyDLL keeps it): no CPU used,
+    and no other Python thread of the process runs meanwhile."""
+    GIL_HELD.set()
+    ctypes.PyDLL(None).usleep(int(seconds * 1e6))
+
+
+def loop_past_the_hold(n):
+    """Loops until the GIL holder started, and n steps more: it is running, wanting the
+    GIL, while the holder keeps it."""
+    used = time.thread_time()
+    while not GIL_HELD.is_set():
+        python_loop(10_000)
+    python_loop(n)
+    return time.thread_time() - used
 
 
 def metered_io(x):
@@ -231,18 +255,22 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
 
 
 def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
-    eclient.gather(eclient.map(python_loop, [1_500_000] * 4, pure=False))
-    loop = execute(eclient, "python_loop")
-    loop_cpu_share = loop["thread-cpu"] / (loop["thread-cpu"] + loop["thread-noncpu"])
-    # two threads taking turns on the GIL: each waits about half of its wall time
-    assert loop_cpu_share < 0.75
+    GIL_HELD.clear()
+    looping = eclient.submit(loop_past_the_hold, 1_000_000, pure=False)
+    holding = eclient.submit(hold_the_gil, 0.5, pure=False)
+    spent = looping.result(timeout=30)
+    holding.result(timeout=30)
+    loop = execute(eclient, "loop_past_the_hold")
+    # the half second the loop waited for the GIL is noncpu, however busy the machine;
+    # what it computed is cpu
+    assert loop["thread-noncpu"] > 0.4
+    assert loop["thread-cpu"] >= 0.9 * spent
+    assert execute(eclient, "hold_the_gil").get("thread-cpu", 0) < 0.05
     arrays = eclient.map(random_array, range(2))
-    eclient.gather(eclient.map(numpy_work, arrays * 3, pure=False))
+    sorted_in = eclient.gather(eclient.map(numpy_work, arrays * 3, pure=False))
     np_ = execute(eclient, "numpy_work")
-    numpy_cpu_share = np_["thread-cpu"] / (np_["thread-cpu"] + np_["thread-noncpu"])
-    # the same two threads on the same machine, but no GIL in the way: a larger share
-    # of their time is CPU (other load on the machine lowers both alike)
-    assert numpy_cpu_share > loop_cpu_share
+    # no GIL in the way: all the CPU the sorting threads spent is cpu
+    assert np_["thread-cpu"] >= 0.9 * sum(sorted_in) > 0
 
 
 def test_user_meter_is_its_own_activity_and_not_noncpu(mclient):
