@@ -210,7 +210,7 @@ def test_empty_profilers_still_make_a_page(tmp_path):
 
 
 def test_an_unwritable_file_fails_before_anything_names_visualize(tmp_path):
-    with pytest.raises(FileNotFoundError, match="visualize cannot write .* does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"visualize cannot write .* does not exist"):
         visualize(profilers(), filename=tmp_path / "missing" / "p.html")
 
 
