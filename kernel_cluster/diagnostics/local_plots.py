@@ -121,48 +121,91 @@ def visualize(
 def plots_data(profilers: Any, title: str = DEFAULT_TITLE) -> dict[str, Any]:
     """The page's (and the widget's) data: ``{"page", "title", "origin", "duration",
     "groups", "plots"}`` where each plot holds columns (see widgets/src/profilerLayout.ts)."""
-    sources = [_records_of(p) for p in _as_list(profilers)]
-    times: list[float] = []
-    ends: list[float | None] = []
-    for kind, records, _ in sources:
-        if kind == "tasks":
-            times += (_time(r.start_time, "start_time") for r in records)
-            ends += (_end(r.end_time) for r in records)
-        elif kind == "resource":
-            times += (_time(r.time, "time") for r in records)
-        else:
-            times += (_time(r.cache_time, "cache_time") for r in records)
-            ends += (_end(r.free_time) for r in records)
-    origin = min(times, default=0.0)
-    last = max([*times, *(t for t in ends if t is not None)], default=origin)
-    groups = _Groups()
+    shaped = [_shape(*_records_of(p)) for p in _as_list(profilers)]
+    starts = [min(s.start) for s in shaped if s.start]
+    origin = min(starts, default=0.0)
+    ends = [max(s.start) for s in shaped if s.start]
+    ends += [t for s in shaped for t in s.end if t is not None]
+    last = max(ends, default=origin)
     # function names numbered in the order they first appear, over every plot
-    firsts: list[tuple[float, int, Any, Any]] = []
-    for kind, records, _ in sources:
-        if kind == "resource":
-            continue
-        for i, r in enumerate(records):
-            t = r.start_time if kind == "tasks" else r.cache_time
-            firsts.append((_time(t, "time"), i, r.key, r.task))
-    firsts.sort(key=lambda f: (f[0], f[1]))
-    for _, _, key, task in firsts:
-        groups.index(group_name(task, key))
-    plots = []
-    for kind, records, source in sources:
-        if kind == "tasks":
-            plots.append(_tasks_plot(records, origin, groups))
-        elif kind == "resource":
-            plots.append(_resource_plot(records, origin))
-        else:
-            plots.append(_cache_plot(records, origin, groups, _metric_name(source, records)))
+    first: dict[str, float] = {}
+    for s in shaped:
+        for t, name in zip(s.start, s.names, strict=False):
+            if first.get(name, math.inf) > t:
+                first[name] = t
+    groups = sorted(first, key=first.__getitem__)
+    number = {name: i for i, name in enumerate(groups)}
     return {
         "page": "profiler-plots",
         "title": str(title),
         "origin": origin,
         "duration": _round(last - origin),
-        "groups": groups.names,
-        "plots": plots,
+        "groups": groups,
+        "plots": [s.plot(origin, number) for s in shaped],
     }
+
+
+class _Shaped:
+    """One profiler's records as columns, sorted by time, times still absolute."""
+
+    def __init__(self, kind: str, start: list[float], end: list[float | None]):
+        self.kind = kind
+        self.start = start
+        self.end = end
+        self.names: list[str] = []  # colour groups (tasks and cache)
+        self.columns: dict[str, Any] = {}
+
+    def plot(self, origin: float, number: dict[str, int]) -> dict[str, Any]:
+        start = [_round(t - origin) for t in self.start]
+        out: dict[str, Any] = {"kind": self.kind, **self.columns}
+        if self.kind == "resource":
+            return {**out, "time": start}
+        out["group"] = [number[n] for n in self.names]
+        if self.kind == "tasks":
+            # a task with no end (or one before its start) is drawn as an instant
+            out["end"] = [
+                s if e is None else max(_round(e - origin), s)
+                for s, e in zip(start, self.end, strict=True)
+            ]
+        else:
+            out["end"] = [None if e is None else _round(e - origin) for e in self.end]
+        return {**out, "start": start}
+
+
+def _shape(kind: str, records: list[Any], source: Any) -> _Shaped:
+    if kind == "resource":
+        times = [_time(r.time, "time") for r in records]
+        order = sorted(range(len(records)), key=times.__getitem__)
+        rs = [records[i] for i in order]
+        out = _Shaped(kind, [times[i] for i in order], [])
+        out.columns = {
+            "mem": [_value(r.mem, "mem") for r in rs],
+            "cpu": [_value(r.cpu, "cpu") for r in rs],
+        }
+        return out
+    name = "start_time" if kind == "tasks" else "cache_time"
+    times = [_time(getattr(r, name), name) for r in records]
+    order = sorted(range(len(records)), key=times.__getitem__)
+    rs = [records[i] for i in order]
+    ends = [_end(r.end_time if kind == "tasks" else r.free_time) for r in rs]
+    out = _Shaped(kind, [times[i] for i in order], ends)
+    out.names = [group_name(r.task, r.key) for r in rs]
+    if kind == "tasks":
+        ids = [_hashable(r.worker_id) for r in rs]
+        workers = sorted(set(ids), key=_worker_sort_key)
+        row = {w: i for i, w in enumerate(workers)}
+        out.columns = {
+            "keys": [key_text(r.key) for r in rs],
+            "tasks": [task_text(r.task) for r in rs],
+            "worker": [row[w] for w in ids],
+            "workers": [str(w) for w in workers],
+        }
+    else:
+        out.columns = {
+            "metric": _metric_name(source, rs),
+            "value": [_value(r.metric, "metric") for r in rs],
+        }
+    return out
 
 
 def _as_list(profilers: Any) -> list[Any]:
@@ -208,15 +251,28 @@ def _records_of(source: Any) -> tuple[str, list[Any], Any]:
     )
 
 
+_kind_by_type: dict[type, str | None] = {}
+
+
 def _record_kind(record: Any) -> str | None:
     """The plot a record belongs to, by its fields (a TaskData, or any record alike)."""
-    fields = getattr(type(record), "_fields", None)
+    cls = type(record)
+    try:
+        return _kind_by_type[cls]
+    except KeyError:
+        pass
+    kind = None
+    fields = getattr(cls, "_fields", None)
     if isinstance(fields, tuple):
-        return _KIND_BY_FIELDS.get(fields)
-    for fields, kind in _KIND_BY_FIELDS.items():
-        if all(hasattr(record, f) for f in fields):
-            return kind
-    return None
+        kind = _KIND_BY_FIELDS.get(fields)
+    else:
+        for names, candidate in _KIND_BY_FIELDS.items():
+            if all(hasattr(record, f) for f in names):
+                kind = candidate
+                break
+    if isinstance(fields, tuple) or kind is not None:
+        _kind_by_type[cls] = kind  # a named tuple's fields, or a class whose records have them
+    return kind
 
 
 def _metric_name(source: Any, records: list[Any]) -> str:
@@ -225,65 +281,6 @@ def _metric_name(source: Any, records: list[Any]) -> str:
         if isinstance(name, str) and name:
             return name
     return "count" if all(r.metric == 1 for r in records) else "metric"
-
-
-class _Groups:
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self._at: dict[str, int] = {}
-
-    def index(self, name: str) -> int:
-        at = self._at.get(name)
-        if at is None:
-            at = self._at[name] = len(self.names)
-            self.names.append(name)
-        return at
-
-
-def _tasks_plot(records: list[Any], origin: float, groups: _Groups) -> dict[str, Any]:
-    records = sorted(records, key=lambda r: _time(r.start_time, "start_time"))
-    workers: dict[Any, int] = {}
-    for r in records:
-        workers.setdefault(_hashable(r.worker_id), 0)
-    ordered = sorted(workers, key=_worker_sort_key)
-    for i, w in enumerate(ordered):
-        workers[w] = i
-    starts = [_round(_time(r.start_time, "start_time") - origin) for r in records]
-    return {
-        "kind": "tasks",
-        "keys": [key_text(r.key) for r in records],
-        "tasks": [task_text(r.task) for r in records],
-        "group": [groups.index(group_name(r.task, r.key)) for r in records],
-        "worker": [workers[_hashable(r.worker_id)] for r in records],
-        "workers": [str(w) for w in ordered],
-        "start": starts,
-        "end": [
-            max(_round(e - origin), s) if (e := _end(r.end_time)) is not None else s
-            for r, s in zip(records, starts, strict=True)
-        ],
-    }
-
-
-def _resource_plot(records: list[Any], origin: float) -> dict[str, Any]:
-    records = sorted(records, key=lambda r: _time(r.time, "time"))
-    return {
-        "kind": "resource",
-        "time": [_round(_time(r.time, "time") - origin) for r in records],
-        "mem": [_value(r.mem, "mem") for r in records],
-        "cpu": [_value(r.cpu, "cpu") for r in records],
-    }
-
-
-def _cache_plot(records: list[Any], origin: float, groups: _Groups, metric: str) -> dict[str, Any]:
-    records = sorted(records, key=lambda r: _time(r.cache_time, "cache_time"))
-    return {
-        "kind": "cache",
-        "metric": metric,
-        "group": [groups.index(group_name(r.task, r.key)) for r in records],
-        "start": [_round(_time(r.cache_time, "cache_time") - origin) for r in records],
-        "end": [None if (e := _end(r.free_time)) is None else _round(e - origin) for r in records],
-        "value": [_value(r.metric, "metric") for r in records],
-    }
 
 
 # -- values -----------------------------------------------------------------------------
@@ -345,13 +342,28 @@ _REPR.maxother = 60
 _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
 
 
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _plain(obj: Any) -> bool:
+    """A number, or a short string: its repr is short and cheap."""
+    cls = type(obj)
+    return cls in _SCALARS or (cls is str and len(obj) <= 60)
+
+
 def short_repr(obj: Any, limit: int = 120) -> str:
     """``repr(obj)``, abridged (nested containers and long strings cut), at most ``limit``
     characters."""
-    try:
-        text = _REPR.repr(obj)
-    except Exception:  # a repr that fails must not fail the plot
-        text = f"<{type(obj).__name__}>"
+    cls = type(obj)
+    if _plain(obj) or (cls is tuple and len(obj) <= 6 and all(_plain(x) for x in obj)):
+        text = repr(obj)  # most keys and arguments: no need for reprlib
+    elif cls is str:
+        text = repr(obj[:limit])
+    else:
+        try:
+            text = _REPR.repr(obj)
+        except Exception:  # a repr that fails must not fail the plot
+            text = f"<{cls.__name__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
