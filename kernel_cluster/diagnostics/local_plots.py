@@ -192,13 +192,14 @@ def _shape(kind: str, records: list[Any], source: Any) -> _Shaped:
     out.names = [group_name(r.task, r.key) for r in rs]
     if kind == "tasks":
         ids = [_hashable(r.worker_id) for r in rs]
-        workers = sorted(set(ids), key=_worker_sort_key)
+        workers = _worker_order(ids)
         row = {w: i for i, w in enumerate(workers)}
         out.columns = {
             "keys": [key_text(r.key) for r in rs],
             "tasks": [task_text(r.task) for r in rs],
             "worker": [row[w] for w in ids],
-            "workers": [str(w) for w in workers],
+            "workers": _worker_labels(workers),
+            "worker_ids": [short_repr(w, 60) if not isinstance(w, str) else w for w in workers],
         }
     else:
         out.columns = {
@@ -329,10 +330,26 @@ def _hashable(obj: Any) -> Any:
     return obj
 
 
-def _worker_sort_key(worker: Any) -> tuple[int, float, str]:
-    if isinstance(worker, int | float) and not isinstance(worker, bool):
-        return (0, float(worker), "")
-    return (1, 0.0, str(worker))
+def _short_id(worker: Any) -> bool:
+    if isinstance(worker, int) and not isinstance(worker, bool):
+        return 0 <= worker < 10_000
+    return isinstance(worker, str) and len(worker) <= 14
+
+
+def _worker_order(ids: list[Any]) -> list[Any]:
+    """Rows: small numbers (a pool's thread numbers) and short names in order; others
+    (thread idents) in the order they ran their first task."""
+    seen = list(dict.fromkeys(ids))
+    if all(_short_id(w) for w in seen):
+        return sorted(seen, key=lambda w: (0, w, "") if isinstance(w, int) else (1, 0, w))
+    return seen
+
+
+def _worker_labels(workers: list[Any]) -> list[str]:
+    """What the rows are called: the ids when short, else 'thread 0', 'thread 1', ..."""
+    if all(_short_id(w) for w in workers):
+        return [str(w) for w in workers]
+    return [f"thread {i}" for i in range(len(workers))]
 
 
 _REPR = reprlib.Repr()
@@ -390,9 +407,7 @@ def group_name(task: Any, key: Any) -> str:
     func: Any = None
     if isinstance(task, tuple) and task and callable(task[0]):
         func = task[0]
-    elif callable(task):
-        func = task
-    else:
+    elif task is not None and not isinstance(task, str | bytes | tuple | list | dict):
         for attr in ("func", "function"):  # task objects that hold their function
             try:
                 candidate = getattr(task, attr, None)
@@ -401,6 +416,9 @@ def group_name(task: Any, key: Any) -> str:
             if callable(candidate):
                 func = candidate
                 break
+        else:
+            if callable(task):  # after .func: a task object may be callable itself
+                func = task
     return function_name(func) if func is not None else key_split(key)
 
 

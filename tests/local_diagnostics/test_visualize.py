@@ -124,8 +124,11 @@ def test_groups_keys_and_tasks_read_short():
     assert group_name(None, ("load-0123abcd", 3)) == "load"  # no function: the key's prefix
     assert group_name("a string", "inc-1") == "inc"
 
-    class Task:  # a task object holding its function
+    class Task:  # a task object holding its function, and callable itself
         func = staticmethod(random_sample)
+
+        def __call__(self):
+            return self.func(1)
 
     assert group_name(Task(), "k") == "random_sample"
     long = task_text((add, "y" * 500, list(range(1000))))
@@ -242,3 +245,40 @@ def test_in_a_notebook_the_default_is_the_widget(monkeypatch, tmp_path):
     finally:
         w.close()
     assert list(tmp_path.iterdir()) == []  # no file by default in a notebook
+
+
+def test_thread_idents_become_numbered_rows_with_their_ids_kept():
+    late, early = 140645640603328, 140645648996032
+    records = [
+        TaskData("a-1", None, T0 + 1, T0 + 2, late),
+        TaskData("a-2", None, T0, T0 + 1, early),
+        TaskData("a-3", None, T0 + 2, T0 + 3, early),
+    ]
+    tasks = plots_data(records)["plots"][0]
+    assert tasks["workers"] == ["thread 0", "thread 1"]  # in the order they first ran
+    assert tasks["worker_ids"] == [str(early), str(late)]
+    assert tasks["worker"] == [0, 1, 0]
+
+
+def total(*xs):
+    return sum(xs)
+
+
+def test_dask_profilers_records_plot_as_they_are():
+    """Records of the same shapes from elsewhere (dask.diagnostics, a real run) plot too:
+    task objects are grouped by the function they hold."""
+    dask = pytest.importorskip("dask")
+    from dask.diagnostics import CacheProfiler as DaskCacheProfiler
+    from dask.diagnostics import Profiler as DaskProfiler
+
+    dsk = {("x", i): (add, i, 1) for i in range(8)}
+    dsk["total"] = (total, *[("x", i) for i in range(8)])
+    with DaskProfiler() as prof, DaskCacheProfiler() as cprof:
+        assert dask.threaded.get(dsk, "total") == 36
+    data = plots_data([prof, cprof])
+    assert set(data["groups"]) == {"add", "total"}
+    tasks, cache = data["plots"]
+    assert len(tasks["keys"]) == 9 and "('x', 0)" in tasks["keys"]
+    assert cache["metric"] == "count" and len(cache["group"]) == 9
+    assert all(0 <= s <= e <= data["duration"] for s, e in zip(tasks["start"], tasks["end"]))
+    json.dumps(data, allow_nan=False)

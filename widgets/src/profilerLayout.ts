@@ -15,6 +15,8 @@ export interface TasksPlot {
   group: number[];
   worker: number[];
   workers: string[];
+  /** The workers' ids in full, where the labels are short names for them. */
+  worker_ids?: string[];
   start: number[];
   end: number[];
 }

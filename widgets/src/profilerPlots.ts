@@ -99,7 +99,10 @@ export class ProfilerPlotsView {
       describe: (rect, t) => {
         const i = t.rect(rect).task;
         const duration = formatSeconds(p.end[i] - p.start[i]);
-        return `${p.keys[i]}\n${p.tasks[i]}\n${duration} on worker ${p.workers[p.worker[i]]}`;
+        const label = p.workers[p.worker[i]];
+        const id = p.worker_ids?.[p.worker[i]];
+        const who = `${/^\d+$/.test(label) ? `worker ${label}` : label}${id && id !== label ? ` (id ${id})` : ''}`;
+        return `${p.keys[i]}\n${p.tasks[i]}\n${duration} on ${who}`;
       },
       actions: false,
       onDraw: (domain, width) => this.follow(domain, width, stream),
@@ -197,8 +200,9 @@ export class ProfilerPlotsView {
 
 /** The page of ``visualize(..., filename=...)``: the plots under a heading. */
 export function renderProfilerPage(root: HTMLElement, data: ProfilerPlotsData): ProfilerPlotsView {
-  const started = new Date(data.origin * 1000).toISOString().replace('T', ' ').slice(0, 19);
-  const note = `Started ${started} UTC · ${formatSeconds(data.duration)} · wheel: zoom · drag the tasks: pan · double-click: fit`;
+  // times since the epoch give a date; a monotonic clock's (dask's records) do not
+  const started = data.origin > 1e9 ? `Started ${new Date(data.origin * 1000).toISOString().replace('T', ' ').slice(0, 19)} UTC · ` : '';
+  const note = `${started}${formatSeconds(data.duration)} · wheel: zoom · drag the tasks: pan · double-click: fit`;
   root.append(h('header', { class: 'kc-report-header' }, h('h1', { text: data.title })), h('p', { class: 'kc-note', text: note }));
   return new ProfilerPlotsView(root, data);
 }

@@ -129,8 +129,16 @@ describe('profiler plots view', () => {
     const swatch = host.querySelector('[data-plot="tasks"] .kc-legend-item[data-label="qr"] .kc-swatch') as HTMLElement;
     expect(swatch.style.background).not.toBe('');
     expect(host.querySelector('[data-plot="tasks"] .kc-legend-item[data-label="transfer"]')).toBeNull();
-    // hover text: key and task
-    expect(stream.describe(2)).toContain("('qr-2', 0)\nqr(...)");
+    // hover text: key, task, duration and worker
+    expect(stream.describe(2)).toBe("('qr-2', 0)\nqr(...)\n400.0 ms on worker 0");
+    // the cache plot's hover names the line nearest the pointer (jsdom: the chart at 0, 0)
+    const svg = host.querySelector('[data-chart="cache"] svg') as SVGSVGElement;
+    const tip = host.querySelector('[data-chart="cache"] .kc-tooltip') as HTMLElement;
+    const x = 84 + ((0.5 + 0.01) / 1.02) * (800 - 84); // t = 0.5 s: random holds 2, the others 0
+    svg.dispatchEvent(new MouseEvent('mousemove', { clientX: x, clientY: 12 }));
+    expect(tip.textContent).toBe('0.50 s\nrandom: 2');
+    svg.dispatchEvent(new MouseEvent('mousemove', { clientX: x, clientY: 140 }));
+    expect(tip.textContent).toMatch(/^0.50 s\n(qr|dot): 0$/);
     // the task plot drives the others: zoom in, and the charts follow
     stream.setDomain(0.2, 0.6);
     await new Promise((r) => setTimeout(r, 40));
@@ -143,6 +151,14 @@ describe('profiler plots view', () => {
     expect(view.domain[0]).toBeCloseTo(-0.01, 12);
     view.destroy();
     expect(host.children).toHaveLength(0);
+  });
+
+  it('names threads by number, with their full ids on hover', () => {
+    const host = document.createElement('div');
+    const threads = { ...tasks, workers: ['thread 0', 'thread 1'], worker_ids: ['140645648996032', '140645640603328'] };
+    const view = new ProfilerPlotsView(host, { ...data(), plots: [threads] }, { width: 600 });
+    expect(view.streams[0].describe(1)).toMatch(/on thread 1 \(id 140645640603328\)$/);
+    view.destroy();
   });
 
   it('draws empty plots with a note', () => {
