@@ -7,7 +7,7 @@
 // profilerLayout.ts.
 import { ColorAssigner } from './colors';
 import { h, Tooltip } from './dom';
-import { formatSeconds } from './format';
+import { formatBytes, formatSeconds } from './format';
 import { lineChart, type LineChartOptions, type Series } from './lineChart';
 import { cacheSteps, plotsExtent, tasksMessage, type CachePlot, type ProfilerPlotsData, type ResourcePlot, type TasksPlot } from './profilerLayout';
 import { Store } from './store';
@@ -134,7 +134,8 @@ export class ProfilerPlotsView {
     );
     const host = h('div', { class: 'kc-profiler-chart', 'data-chart': 'cache' });
     section.append(host);
-    this.addChart(host, series, { format: formatNumber, height: 160, step: true, nearest: true });
+    const format = p.metric === 'nbytes' ? formatBytes : formatNumber; // a size metric in bytes
+    this.addChart(host, series, { format, height: 160, step: true, nearest: true });
   }
 
   private addChart(host: HTMLElement, series: Series[], options: Omit<Chart['options'], 'tooltip'>): void {
