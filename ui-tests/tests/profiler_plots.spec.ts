@@ -83,6 +83,19 @@ test('the profiler plots open offline: tasks, CPU and memory, cache, aligned', a
   await page.screenshot({ path: path.join(artifacts, 'profiler-plots-zoomed.png'), fullPage: true });
   await canvas.dblclick();
   await expect.poll(async () => (await resource.locator('[data-chart="cpu"] text.kc-axis').allTextContents()).join()).toBe(before.join());
+  // dragging a line chart pans every plot; double-clicking it fits again
+  const mem = resource.locator('[data-chart="memory"]');
+  const mbox = (await mem.boundingBox())!;
+  const taskTicks = async () => (await tasks.locator('canvas').screenshot()).toString('base64');
+  const fitted = await taskTicks();
+  await page.mouse.move(mbox.x + mbox.width / 2, mbox.y + mbox.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(mbox.x + mbox.width / 2 - 200, mbox.y + mbox.height / 2, { steps: 5 });
+  await page.mouse.up();
+  await expect.poll(async () => (await resource.locator('[data-chart="cpu"] text.kc-axis').allTextContents()).join()).not.toBe(before.join());
+  expect(await taskTicks()).not.toBe(fitted); // the tasks moved too
+  await mem.dblclick();
+  await expect.poll(async () => (await resource.locator('[data-chart="cpu"] text.kc-axis').allTextContents()).join()).toBe(before.join());
   await page.mouse.move(box.x + 84 + plotWidth * (0.12 / 2.35), box.y + 12);
   await expect(tip).toBeVisible();
   await page.screenshot({ path: path.join(artifacts, 'profiler-plots.png'), fullPage: true });

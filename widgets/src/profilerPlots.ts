@@ -2,9 +2,10 @@
 // vertical stack sharing one time axis, in seconds from the first record. Tasks
 // are the task stream view (a row per worker, coloured by function; wheel zooms,
 // drag pans, double-click fits, and every plot below follows); resources and the
-// cache are line charts aligned with it (the same left gutter and width). A
-// function has one colour in the task and the cache plots. Data shaping is in
-// profilerLayout.ts.
+// cache are line charts aligned with it (the same left gutter and width), which
+// zoom and pan the same way. A function has one colour in the task and the cache
+// plots. Data shaping is in profilerLayout.ts.
+import { capture } from './canvas';
 import { ColorAssigner } from './colors';
 import { h, Tooltip } from './dom';
 import { formatBytes, formatSeconds } from './format';
@@ -157,6 +158,25 @@ export class ProfilerPlotsView {
       { passive: false },
     );
     host.addEventListener('dblclick', () => this.fit());
+    // drag pans, as on the tasks (the listeners are on the chart's box: the svg is redrawn)
+    let drag: { x: number; domain: [number, number] } | null = null;
+    host.addEventListener('pointerdown', (e: PointerEvent) => {
+      if (e.button !== 0) return;
+      drag = { x: e.clientX, domain: [...this.domain] as [number, number] };
+      capture(host, e.pointerId, true);
+    });
+    host.addEventListener('pointermove', (e: PointerEvent) => {
+      if (!drag) return;
+      const [a, b] = drag.domain;
+      const dt = ((e.clientX - drag.x) / Math.max(this.width - GUTTER, 1)) * (b - a);
+      this.setDomain([a - dt, b - dt]);
+    });
+    const end = (e: PointerEvent) => {
+      drag = null;
+      capture(host, e.pointerId, false);
+    };
+    host.addEventListener('pointerup', end);
+    host.addEventListener('pointercancel', end);
   }
 
   /** Show ``domain`` in every plot. */
@@ -203,7 +223,7 @@ export class ProfilerPlotsView {
 export function renderProfilerPage(root: HTMLElement, data: ProfilerPlotsData): ProfilerPlotsView {
   // times since the epoch give a date; a monotonic clock's (dask's records) do not
   const started = data.origin > 1e9 ? `Started ${new Date(data.origin * 1000).toISOString().replace('T', ' ').slice(0, 19)} UTC · ` : '';
-  const note = `${started}${formatSeconds(data.duration)} · wheel: zoom · drag the tasks: pan · double-click: fit`;
+  const note = `${started}${formatSeconds(data.duration)} · wheel: zoom · drag: pan · double-click: fit`;
   root.append(h('header', { class: 'kc-report-header' }, h('h1', { text: data.title })), h('p', { class: 'kc-note', text: note }));
   return new ProfilerPlotsView(root, data);
 }
