@@ -223,9 +223,9 @@ def versions() -> dict[str, str]:
     return out
 
 
-def check_writable(path: Path) -> None:
-    """Fail now if ``path`` cannot be written, naming it and what to do."""
-    where = f"performance_report cannot write {str(path)!r}"
+def check_writable(path: Path, who: str = "performance_report") -> None:
+    """Fail now if ``path`` cannot be written, naming it, ``who`` wanted it, and what to do."""
+    where = f"{who} cannot write {str(path)!r}"
     if path.is_dir():
         raise IsADirectoryError(f"{where}: it is a directory; give a file such as 'report.html'.")
     parent = path.parent

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..diagnostics import local_plots
 from ..diagnostics.source import Diagnosable, source_of
 
 __all__ = ["in_notebook", "progress", "source_of"]
@@ -33,3 +34,14 @@ def progress(client: Diagnosable | None = None, **kwargs: Any) -> Any:
     from ..diagnostics.progress_text import TextProgress
 
     return TextProgress(source, **kwargs).run()
+
+
+def _profiler_plots(data: dict[str, Any]) -> Any:
+    from .widgets import ProfilerPlots  # anywidget, imported when first needed
+
+    return ProfilerPlots(data)
+
+
+# diagnostics.local_plots.visualize shows a widget in a notebook: it cannot import
+# this layer, so this layer tells it how (kernel_cluster's import runs this)
+local_plots.register_notebook_view(_profiler_plots, in_notebook)

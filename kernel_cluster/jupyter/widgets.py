@@ -263,6 +263,43 @@ def dashboard(client: Diagnosable, **kwargs: Any) -> Dashboard:
     return Dashboard(client, **kwargs)
 
 
+class ProfilerPlots(anywidget.AnyWidget):
+    """The local profilers' plots (``kernel_cluster.diagnostics.local_plots.visualize``):
+    not live, so the records go whole, once, in the ``data`` trait (the columns of
+    ``local_plots.plots_data``), and the browser draws them as the HTML page does."""
+
+    _esm = traitlets.Unicode("").tag(sync=True)
+    _css = traitlets.Unicode("").tag(sync=True)
+    kind = traitlets.Unicode("profiler-plots").tag(sync=True)
+    _uid = traitlets.Unicode("").tag(sync=True)
+    data = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, data: dict[str, Any], **kwargs: Any):
+        super().__init__(
+            _esm=_read(bundle_path()),
+            _css=_read(STYLES),
+            _uid=uuid.uuid4().hex,
+            data=data,
+            **kwargs,
+        )
+        self.on_msg(self._on_browser_message)
+
+    @traitlets.validate("data")
+    def _check_data(self, proposal: Any) -> dict[str, Any]:
+        value: dict[str, Any] = proposal["value"]
+        if value.get("page") != "profiler-plots" or not isinstance(value.get("plots"), list):
+            raise traitlets.TraitError(
+                "ProfilerPlots takes the data of kernel_cluster.diagnostics.local_plots.plots_data."
+            )
+        return value
+
+    def _on_browser_message(self, _widget: Any, content: Any, buffers: list[bytes]) -> None:
+        # every view asks for a refresh when it starts; the data is in its trait already
+        if isinstance(content, dict) and content.get("type") == "refresh":
+            return
+        logger.warning("Ignoring an unexpected message from the browser: %.200r", content)
+
+
 _texts: dict[pathlib.Path, tuple[float, str]] = {}
 
 

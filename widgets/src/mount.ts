@@ -5,6 +5,8 @@ import { h } from './dom';
 import { FineMetricsView } from './fineMetrics';
 import { FlameGraphView } from './flameGraph';
 import { liveProfileSource } from './profileSources';
+import type { ProfilerPlotsData } from './profilerLayout';
+import { ProfilerPlotsView } from './profilerPlots';
 import { ProgressView } from './progress';
 import { SpanTreeView } from './spanTree';
 import { TaskStreamView } from './taskStream';
@@ -13,7 +15,7 @@ import type { Binding } from './types';
 
 export type { Binding };
 
-export type Kind = 'fine-metrics' | 'span-tree' | 'progress' | 'dashboard' | 'task-stream' | 'flame-graph';
+export type Kind = 'fine-metrics' | 'span-tree' | 'progress' | 'dashboard' | 'task-stream' | 'flame-graph' | 'profiler-plots';
 
 /** Traits that hold the fine metrics filters, by filter name. */
 const TRAITS: Record<keyof Filters, string> = {
@@ -44,6 +46,7 @@ export interface Mounted {
   progress?: ProgressView;
   taskStream?: TaskStreamView;
   flameGraph?: FlameGraphView;
+  profilerPlots?: ProfilerPlotsView;
   destroy(): void;
 }
 
@@ -68,6 +71,8 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
   if (kind === 'progress') out.progress = new ProgressView(el, store);
   if (kind === 'task-stream') out.taskStream = new TaskStreamView(el, store, { width });
   if (kind === 'flame-graph') out.flameGraph = new FlameGraphView(el, liveProfileSource(store, b), { width });
+  // the local profilers' records, whole, in the `data` trait: the store stays empty
+  if (kind === 'profiler-plots') out.profilerPlots = new ProfilerPlotsView(el, b.get('data') as ProfilerPlotsData, { width });
   if (kind === 'span-tree') {
     out.spanTree = new SpanTreeView(el, store, {
       selected: String(b.get('selected') ?? ''),
@@ -96,7 +101,7 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
     const tree = out.spanTree;
     cleanups.push(b.onChange(['selected'], () => tree.select(String(b.get('selected') ?? ''))));
   }
-  for (const view of [out.fineMetrics, out.spanTree, out.progress, out.taskStream, out.flameGraph]) {
+  for (const view of [out.fineMetrics, out.spanTree, out.progress, out.taskStream, out.flameGraph, out.profilerPlots]) {
     if (view) cleanups.push(() => view.destroy());
   }
   return out;

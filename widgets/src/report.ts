@@ -7,6 +7,8 @@ import { mount, type Binding } from './mount';
 import { FlameGraphView } from './flameGraph';
 import { FlatProfile } from './profileData';
 import { staticProfileSource, type StaticProfiles } from './profileSources';
+import type { ProfilerPlotsData } from './profilerLayout';
+import { ProfilerPlotsView, renderProfilerPage } from './profilerPlots';
 import { memoryView, transferView, type MemorySection, type TransferSection } from './reportCharts';
 import { Store } from './store';
 import { TaskStreamView } from './taskStream';
@@ -138,12 +140,13 @@ function main(): void {
   if (!node || !root) return;
   const data = JSON.parse(node.textContent ?? '{}');
   if (data.page === 'flamegraph') renderFlamePage(root, data as FlamePageData);
+  else if (data.page === 'profiler-plots') renderProfilerPage(root, data as ProfilerPlotsData);
   else renderReport(root, data as ReportData);
   root.dataset.ready = 'true';
 }
 
 /** The library for scripts on a report's page (and the browser tests' benchmarks). */
-export const api = { Store, TaskStreamView, FlameGraphView, FlatProfile, staticProfileSource, renderReport, renderFlamePage };
+export const api = { Store, TaskStreamView, FlameGraphView, FlatProfile, staticProfileSource, renderReport, renderFlamePage, ProfilerPlotsView, renderProfilerPage };
 
 if (typeof window !== 'undefined') (window as unknown as { kernelCluster: typeof api }).kernelCluster = api;
 

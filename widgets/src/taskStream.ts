@@ -24,6 +24,20 @@ export interface TaskStreamOptions {
   /** Canvas width in CSS pixels; by default the element's width. */
   width?: number;
   height?: number;
+  /** The heading (default 'Task stream'). */
+  title?: string;
+  /** The time shown as 0 on the axis (default: the first task's start). */
+  origin?: number;
+  /** What "Fit" shows (default: every task held, with a margin). */
+  extent?: () => [number, number] | null;
+  /** Display position of the rows (default: by worker, then thread). */
+  rowOrder?: (t: TaskTable) => number[];
+  /** The hover text of a rectangle (default: key, action, duration, worker, bytes). */
+  describe?: (rect: number, t: TaskTable) => string;
+  /** List the transfer, disk and deserialize colours in the legend (default true). */
+  actions?: boolean;
+  /** Called after each frame with the time window drawn: other plots follow it. */
+  onDraw?: (domain: [number, number] | null, width: number) => void;
 }
 
 export class TaskStreamView {
@@ -62,7 +76,7 @@ export class TaskStreamView {
     this.root = h(
       'div',
       { class: 'kc-view kc-task-stream' },
-      h('div', { class: 'kc-title' }, 'Task stream ', this.info),
+      h('div', { class: 'kc-title' }, `${options.title ?? 'Task stream'} `, this.info),
       h('div', { class: 'kc-controls' }, fit, h('span', { class: 'kc-note', text: 'wheel: zoom · drag: pan · double-click: fit' })),
       this.legend,
       plot,
@@ -99,7 +113,7 @@ export class TaskStreamView {
   /** Data changed: follow it if following, and draw on the next frame. */
   changed(): void {
     const t = this.table;
-    if (this.order.length !== t.rows.length) this.order = layout.rowOrder(t);
+    if (this.order.length !== t.rows.length) this.order = (this.options.rowOrder ?? layout.rowOrder)(t);
     if (this.follow) this.domain = this.extent();
     this.info.textContent = t.ntasks ? `${t.ntasks.toLocaleString()} tasks` : '';
     this.updateLegend();
@@ -107,7 +121,7 @@ export class TaskStreamView {
   }
 
   extent(): [number, number] | null {
-    return layout.extent(this.table);
+    return this.options.extent ? this.options.extent() : layout.extent(this.table);
   }
 
   fit(): void {
@@ -159,6 +173,7 @@ export class TaskStreamView {
     this.last = batches;
     if (ctx) this.paint(ctx, batches);
     this.lastDrawMs = performance.now() - started;
+    this.options.onDraw?.(this.domain, this.width);
   }
 
   private paint(ctx: CanvasRenderingContext2D, batches: Batches): void {
@@ -206,7 +221,7 @@ export class TaskStreamView {
     // the time axis, in seconds from the first task held
     if (!this.domain) return;
     const [a, b] = this.domain;
-    const origin = Number.isFinite(t.minStart) ? t.minStart : a;
+    const origin = this.options.origin ?? (Number.isFinite(t.minStart) ? t.minStart : a);
     const w = this.plotWidth();
     const count = Math.max(2, Math.floor(w / 90));
     const marks = ticks(a - origin, b - origin, count);
@@ -260,6 +275,7 @@ export class TaskStreamView {
 
   describe(rect: number): string {
     const t = this.table;
+    if (this.options.describe) return this.options.describe(rect, t);
     const r = t.rect(rect);
     const task = t.task(r.task);
     const row = t.rows[r.row];
@@ -327,7 +343,7 @@ export class TaskStreamView {
       h('span', { class: 'kc-legend-item kc-static', 'data-label': label }, h('span', { class: 'kc-swatch', style: `background:${color}` }), label);
     const items = prefixes.slice(0, 40).map((p) => item(p, this.table.prefixColors.color(p)));
     if (prefixes.length > 40) items.push(h('span', { class: 'kc-note', text: `+${prefixes.length - 40} more` }));
-    for (const [action, color] of Object.entries(ACTION_COLORS)) items.push(item(action, color));
+    if (this.options.actions !== false) for (const [action, color] of Object.entries(ACTION_COLORS)) items.push(item(action, color));
     this.legend.replaceChildren(...items);
   }
 
