@@ -1,33 +1,13 @@
 // visualize()'s page of the local profilers' plots opens from disk, offline, and
 // draws its three plots on one time axis: tasks, resources, cache.
 import { expect, test } from '@playwright/test';
-import { execFileSync } from 'child_process';
-import * as fs from 'fs';
 import * as path from 'path';
 import { paintedPixels } from './canvas';
+import { artifacts, openOffline } from './offline';
 
-const venv = process.env.KC_VENV || path.resolve(__dirname, '..', '..', '.venv');
-const root = path.resolve(__dirname, '..', '..');
-const artifacts = path.resolve(__dirname, '..', 'artifacts');
 
 test('the profiler plots open offline: tasks, CPU and memory, cache, aligned', async ({ browser }) => {
-  fs.mkdirSync(artifacts, { recursive: true });
-  const file = path.join(artifacts, 'profiler-plots.html');
-  // this checkout's kernel_cluster (and its bundles), whichever venv runs it
-  const env = { ...process.env, PYTHONPATH: [root, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
-  execFileSync(path.join(venv, 'bin', 'python'), [path.join(__dirname, '..', 'scripts', 'make_profile.py'), file], {
-    stdio: 'inherit',
-    env,
-  });
-  const context = await browser.newContext({ offline: true, viewport: { width: 1100, height: 1000 } });
-  const page = await context.newPage();
-  const outside: string[] = [];
-  page.on('request', (r) => {
-    if (!r.url().startsWith('file://') && !r.url().startsWith('data:')) outside.push(r.url());
-  });
-  const errors: string[] = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(`file://${file}`);
+  const { page, outside, errors } = await openOffline(browser, 'make_profile.py', 'profiler-plots.html', { width: 1100, height: 1000 });
   await expect(page.locator('#kc-report[data-ready="true"]')).toBeAttached();
   await expect(page.getByRole('heading', { name: 'QR: profiler plots' })).toBeVisible();
   const plots = page.locator('[data-plot]');
@@ -102,5 +82,5 @@ test('the profiler plots open offline: tasks, CPU and memory, cache, aligned', a
 
   expect(outside).toEqual([]);
   expect(errors).toEqual([]);
-  await context.close();
+  await page.context().close();
 });

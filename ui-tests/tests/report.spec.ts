@@ -1,28 +1,12 @@
 // A generated performance report opens from disk, offline, and shows its panels.
 import { expect, test } from '@playwright/test';
-import { execFileSync } from 'child_process';
-import * as fs from 'fs';
 import * as path from 'path';
 import { paintedPixels } from './canvas';
+import { artifacts, openOffline } from './offline';
 
-const venv = process.env.KC_VENV || path.resolve(__dirname, '..', '..', '.venv');
-const artifacts = path.resolve(__dirname, '..', 'artifacts');
 
 test('a performance report opens offline and shows its panels', async ({ browser }) => {
-  fs.mkdirSync(artifacts, { recursive: true });
-  const file = path.join(artifacts, 'report.html');
-  execFileSync(path.join(venv, 'bin', 'python'), [path.join(__dirname, '..', 'scripts', 'make_report.py'), file], {
-    stdio: 'inherit',
-  });
-  const context = await browser.newContext({ offline: true, viewport: { width: 1280, height: 1100 } });
-  const page = await context.newPage();
-  const outside: string[] = [];
-  page.on('request', (r) => {
-    if (!r.url().startsWith('file://') && !r.url().startsWith('data:')) outside.push(r.url());
-  });
-  const errors: string[] = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  await page.goto(`file://${file}`);
+  const { page, outside, errors } = await openOffline(browser, 'make_report.py', 'report.html', { width: 1280, height: 1100 });
   await expect(page.locator('#kc-report[data-ready="true"]')).toBeAttached();
   await expect(page.getByRole('heading', { name: 'kernel-cluster performance report' })).toBeVisible();
   const byFunction = page.locator('[data-panel="by-function"]');
@@ -81,5 +65,5 @@ test('a performance report opens offline and shows its panels', async ({ browser
 
   expect(outside).toEqual([]);
   expect(errors).toEqual([]);
-  await context.close();
+  await page.context().close();
 });
