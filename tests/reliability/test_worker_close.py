@@ -130,4 +130,4 @@ def test_a_worker_process_leaves_no_task_pending_when_serve_returns(tmp_path):
 
 
 async def _fetching(worker: Worker) -> bool:
-    return any(t.get_coro().__name__ == "_gather_dep" for t in asyncio.all_tasks() if not t.done())
+    return any(t.get_coro().__name__ == "gather_dep" for t in asyncio.all_tasks() if not t.done())
