@@ -1,8 +1,12 @@
 """The worker's memory monitor: spill past the spill fraction, pause past the pause
 fraction, and end a worker process stuck there (its nanny starts a fresh one).
 
-A part of ``engine.worker.Worker`` (a mixin: it reads the worker's state, data, pool
-and settings); apart so that the worker module holds the task shell alone.
+A part that ``engine.worker.Worker`` owns (``worker.memory``): made with the memory
+settings of the worker's config and what the checks touch (the state machine, the
+data, the pool, the metrics ledger, the process) and calls (``handle`` to pause or
+resume the state machine, ``send_to_scheduler``, ``closed``). The worker starts its
+loop (``run``) with the other periodic tasks; the pause state and the stuck timer are
+this part's alone. Apart so that the worker module holds the task shell alone.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .wire import WorkerPaused
 if TYPE_CHECKING:
     import psutil
 
+    from .config import WorkerConfig
     from .pool import TaskThreadPool
 
 logger = logging.getLogger("kernel_cluster.engine.worker")  # where its warnings always went
@@ -36,32 +41,53 @@ def _nothing() -> None:
 
 
 class MemoryMonitor:
-    """Memory checks of a Worker (set up in ``Worker.__init__``)."""
+    """The memory checks of one worker (``Worker.memory``)."""
 
-    # the worker's, read here
-    address: str
-    memory_limit: int
-    memory_target_fraction: float
-    memory_spill_fraction: float
-    memory_pause_fraction: float
-    memory_monitor_interval: float
-    memory_stuck_seconds: float
-    on_memory_stuck: Callable[[], None] | None
-    in_process: bool
-    data: MutableMapping
-    state: WorkerState
-    pool: TaskThreadPool
-    metrics: MetricsLedger
-    scheduler: Any
-    _process: psutil.Process
-    _closed: bool
-    _stuck_since: float | None
-    _pause_waived: bool
-    _trimmed_at: float
-
-    if TYPE_CHECKING:  # Worker's method
-
-        def handle(self, *events: Any) -> None: ...
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        address: str,
+        in_process: bool,
+        state: WorkerState,
+        data: MutableMapping,
+        pool: TaskThreadPool,
+        metrics: MetricsLedger,
+        process: psutil.Process,
+        handle: Callable[..., None],
+        send_to_scheduler: Callable[[list], None],
+        closed: Callable[[], bool],
+    ) -> None:
+        """``in_process``: the worker shares the kernel's process, so its data is what
+        its memory is (and trimming the heap is not its business); ``handle`` feeds the
+        state machine its pause changes; ``closed`` says when the loop is to stop."""
+        self.address = address  # in the log messages
+        self.in_process = in_process
+        self.state = state
+        self.data = data
+        self.pool = pool
+        self.metrics = metrics
+        self.process = process
+        self.handle = handle
+        self.send_to_scheduler = send_to_scheduler
+        self.closed = closed
+        # values past target go to disk as they are stored; the monitor spills more when
+        # the worker's memory passes the spill fraction, and stops new tasks past the
+        # pause fraction until memory falls
+        self.limit = config.memory_limit
+        self.target_fraction = config.memory_target_fraction
+        self.spill_fraction = config.memory_spill_fraction
+        self.pause_fraction = config.memory_pause_fraction
+        self.interval = config.memory_monitor_interval
+        # paused this long with no task running and nothing spilled meanwhile, the
+        # worker cannot recover by itself: ``on_stuck`` is called (a worker process
+        # exits, and its nanny starts a fresh one; its tasks run again elsewhere); with
+        # none (an embedded worker) it runs its tasks anyway until memory falls
+        self.stuck_seconds = config.memory_stuck_seconds
+        self.on_stuck: Callable[[], None] | None = None
+        self._stuck_since: float | None = None
+        self._pause_waived = False
+        self._trimmed_at = 0.0
 
     def managed_bytes(self) -> int:
         """Bytes of the results this worker holds in memory."""
@@ -71,29 +97,30 @@ class MemoryMonitor:
         tasks = self.state.tasks
         return sum(tasks[k].nbytes for k in data if k in tasks)
 
-    def memory_used(self) -> int:
+    def used(self) -> int:
         """What the pause and spill thresholds compare: the process's memory for a worker
         process; for an embedded worker, which shares the kernel's process, its data."""
         if self.in_process:
             return getattr(self.data, "memory", 0)
-        return self._process.memory_info().rss
+        return self.process.memory_info().rss
 
-    async def _memory_monitor(self) -> None:
-        while not self._closed and self.memory_limit:
-            self.check_memory()
-            await asyncio.sleep(self.memory_monitor_interval)
+    async def run(self) -> None:
+        """Check every ``interval`` seconds until the worker closes (with a limit)."""
+        while not self.closed() and self.limit:
+            self.check()
+            await asyncio.sleep(self.interval)
 
-    def check_memory(self) -> None:
+    def check(self) -> None:
         """Spill past the spill fraction, pause past the pause fraction (and tell the
         scheduler, which then sends this worker nothing new), resume below it."""
-        limit = self.memory_limit
+        limit = self.limit
         data = self.data
-        used = self.memory_used()
+        used = self.used()
         moved = 0
-        if used > self.memory_spill_fraction * limit or self.state.paused:
+        if used > self.spill_fraction * limit or self.state.paused:
             if isinstance(data, SpillBuffer) and data.memory:
                 with context_meter.scope(self._charge_monitor, MeterFrame()):
-                    excess = used - int(self.memory_target_fraction * limit)
+                    excess = used - int(self.target_fraction * limit)
                     moved = data.evict_until(max(0, data.memory - excess))
             if not self.in_process:
                 # what was spilled or released is still the process's until trimmed;
@@ -102,8 +129,8 @@ class MemoryMonitor:
                 if moved or now - self._trimmed_at > 1.0:
                     self._trimmed_at = now
                     trim_memory()
-            used = self.memory_used()
-        over = used > self.memory_pause_fraction * limit
+            used = self.used()
+        over = used > self.pause_fraction * limit
         if not over:
             self._pause_waived = False
         paused = over and not self._pause_waived
@@ -122,8 +149,8 @@ class MemoryMonitor:
     def _set_paused(self, paused: bool) -> None:
         self._stuck_since = None
         self.handle(PauseChanged(paused))
-        if self.scheduler is not None and not self._closed:
-            self.scheduler.send([WorkerPaused(paused)])
+        if not self.closed():
+            self.send_to_scheduler([WorkerPaused(paused)])
 
     def _check_stuck(self, used: int, moved: int) -> None:
         """Paused, with no task running that could end and free memory, and nothing
@@ -135,10 +162,10 @@ class MemoryMonitor:
         if self._stuck_since is None:
             self._stuck_since = now
             return
-        if now - self._stuck_since < self.memory_stuck_seconds:
+        if now - self._stuck_since < self.stuck_seconds:
             return
-        threshold = int(self.memory_pause_fraction * self.memory_limit) >> 20
-        if self.on_memory_stuck is None:  # no nanny to start afresh: better late than never
+        threshold = int(self.pause_fraction * self.limit) >> 20
+        if self.on_stuck is None:  # no nanny to start afresh: better late than never
             logger.warning(
                 "Worker %s runs tasks again although its memory (%d MiB) is above the pause "
                 "threshold (%d MiB): for %.0f s nothing could be spilled (values that do not "
@@ -163,7 +190,7 @@ class MemoryMonitor:
             now - self._stuck_since,
         )
         # once: the process is on its way out (not None, which would mean "resume")
-        stuck, self.on_memory_stuck = self.on_memory_stuck, _nothing
+        stuck, self.on_stuck = self.on_stuck, _nothing
         self._stuck_since = None
         stuck()
 

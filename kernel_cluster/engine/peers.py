@@ -31,7 +31,7 @@ class InProcessPeers:
         """``who`` reads ``keys`` from ``peer`` (logged by ``peer`` as sent to ``who``)."""
         worker = self.workers.get(peer)
         if worker is not None:
-            return worker.send_data(keys, who)
+            return worker.transfers.send_data(keys, who)
         if self.remote is not None and not peer.startswith("inproc://"):
             return await self.remote.get_data(peer, keys, stats)
         raise OSError(f"Worker {peer} is gone")

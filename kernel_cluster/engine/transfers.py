@@ -1,8 +1,15 @@
 """Peer transfers of a worker: fetching dependencies from peers, serving its data to
 them (fitting replies to the message size limit), and the logs of both.
 
-A part of ``engine.worker.Worker`` (a mixin: it reads the worker's state, data, peers
-and metrics); apart so that the worker module holds the task shell alone.
+A part that ``engine.worker.Worker`` owns (``worker.transfers``): made with what the
+transfers touch (the state machine, the data, the peers, the metrics ledger) and call
+(the worker's ``now``, ``handle`` to give the state machine what was fetched,
+``run_function`` for ``client.run`` requests, ``send_to_scheduler``). The worker
+spawns ``gather_dep`` for each GatherDep instruction and sets ``fine_metrics`` when
+metrics are switched; the transfer logs are this part's (the worker shows them as
+``transfer_incoming_log`` and ``transfer_outgoing_log``). Worker processes hand their
+peers' requests to ``serve``; embedded peers read with ``send_data``. Apart so that
+the worker module holds the task shell alone.
 """
 
 from __future__ import annotations
@@ -10,10 +17,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import cloudpickle
 
@@ -91,26 +98,40 @@ class PeerData(Protocol):
 
 
 class PeerTransfers:
-    """Transfers of a Worker to and from its peers (set up in ``Worker.__init__``)."""
+    """The transfers of one worker to and from its peers (``Worker.transfers``)."""
 
-    # the worker's, read here
-    address: str
-    data: MutableMapping
-    state: WorkerState
-    peers: PeerData
-    metrics: MetricsLedger
-    fine_metrics: bool
-    scheduler: Any
-    transfer_incoming_log: deque[dict]
-    transfer_outgoing_log: deque[dict]
+    def __init__(
+        self,
+        *,
+        address: str,
+        state: WorkerState,
+        data: MutableMapping,
+        peers: PeerData,
+        metrics: MetricsLedger,
+        log_length: int,
+        now: Callable[[], float],
+        handle: Callable[..., None],
+        run_function: Callable[[Any], Awaitable[Any]],
+        send_to_scheduler: Callable[[list], None],
+    ) -> None:
+        self.address = address  # who fetches, and in the log messages
+        self.state = state
+        self.data = data
+        self.peers = peers
+        self.metrics = metrics
+        self.now = now  # the scheduler's clock, as the worker tells it
+        self.handle = handle
+        self.run_function = run_function
+        self.send_to_scheduler = send_to_scheduler
+        self.fine_metrics = False  # the worker's setting: it sets this when it changes
+        # the latest transfers in and out (dicts of peer, keys, n_keys, total,
+        # compressed, start, stop): the performance report's bandwidth charts read them
+        self.incoming_log: deque[dict] = deque(maxlen=log_length)
+        self.outgoing_log: deque[dict] = deque(maxlen=log_length)
 
-    if TYPE_CHECKING:  # Worker's methods
-
-        def now(self) -> float: ...
-        def handle(self, *events: Any) -> None: ...
-        async def run_function(self, fn: Any) -> Any: ...
-
-    async def _gather_dep(self, inst: GatherDep) -> None:
+    async def gather_dep(self, inst: GatherDep) -> None:
+        """Fetch ``inst.keys`` from ``inst.worker`` (spawned by the worker); the state
+        machine gets the data, or word that the fetch failed."""
         digests: list[tuple] = []
         frame = MeterFrame()
         t0 = time.perf_counter()
@@ -143,7 +164,7 @@ class PeerTransfers:
         t2 = time.perf_counter()
         total_bytes = sum(nbytes.values())
         if data:
-            self.transfer_incoming_log.append(
+            self.incoming_log.append(
                 {
                     "peer": inst.worker,
                     "keys": list(islice(data, LOGGED_KEYS)),
@@ -258,7 +279,7 @@ class PeerTransfers:
     ) -> int:
         """Record one transfer out (``written``: bytes on the wire); returns its bytes."""
         total = sum(nbytes.get(key, 0) for key in data)
-        self.transfer_outgoing_log.append(
+        self.outgoing_log.append(
             {
                 "peer": who,
                 "keys": list(islice(data, LOGGED_KEYS)),
@@ -339,6 +360,5 @@ class PeerTransfers:
         reply.errors[key] = (payload, str(exc))
         del reply.data[key]
         reply.nbytes.pop(key, None)
-        if self.scheduler is not None:
-            self.scheduler.send([ResultUnsendable(key, payload, str(exc))])
+        self.send_to_scheduler([ResultUnsendable(key, payload, str(exc))])
         return len(payload) + len(str(exc))

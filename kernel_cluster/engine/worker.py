@@ -3,6 +3,13 @@
 It speaks to the scheduler only through a channel of messages (engine/wire.py), so
 the same class serves embedded workers (a LocalChannel on the kernel's engine loop,
 which passes the objects) and subprocess workers (a TCP stream, which encodes them).
+
+The worker holds the task shell (state machine in, task threads and messages out) and
+owns two parts made for it in ``__init__`` with exactly what each needs: ``memory``, a
+MemoryMonitor (memory_monitor.py: spill, pause, stuck), and ``transfers``, its
+PeerTransfers (transfers.py: fetches from peers, replies to them, transfer logs). Both
+reach back only through the callables they are given (``handle``, ``now``, sending to
+the scheduler); neither is on a task's path.
 """
 
 from __future__ import annotations
@@ -70,10 +77,10 @@ class Channel(Protocol):
     def send(self, msgs: list) -> None: ...
 
 
-class Worker(MemoryMonitor, PeerTransfers):
+class Worker:
     """The I/O shell around a WorkerState: the scheduler's messages in, tasks run on its
-    thread pool, heartbeats out. Its memory monitor (memory_monitor.py) and its peer
-    transfers (transfers.py) are mixins."""
+    thread pool, heartbeats out. Its memory monitor (``memory``, memory_monitor.py) and
+    its peer transfers (``transfers``, transfers.py) are parts it owns."""
 
     def __init__(
         self,
@@ -110,22 +117,7 @@ class Worker(MemoryMonitor, PeerTransfers):
         self.clock_offset = 0.0
         self._offset_samples: deque[tuple[float, float]] = deque(maxlen=10)
         self._process = psutil.Process()
-        # memory: values past target go to disk as they are stored; the monitor spills
-        # more when the worker's memory passes the spill fraction, and stops new tasks
-        # past the pause fraction until memory falls
-        self.memory_target_fraction = config.memory_target_fraction
-        self.memory_spill_fraction = config.memory_spill_fraction
-        self.memory_pause_fraction = config.memory_pause_fraction
-        self.memory_monitor_interval = config.memory_monitor_interval
-        # paused this long with no task running and nothing spilled meanwhile, the
-        # worker cannot recover by itself: it calls ``on_memory_stuck`` (a worker process
-        # exits, and its nanny starts a fresh one; its tasks run again elsewhere); with
-        # none (an embedded worker) it runs its tasks anyway until memory falls
-        self.memory_stuck_seconds = config.memory_stuck_seconds
-        self.on_memory_stuck: Callable[[], None] | None = None
-        self._stuck_since: float | None = None
-        self._pause_waived = False
-        self._trimmed_at = 0.0
+        # values past target go to disk as they are stored (the monitor spills more)
         if data is None and config.memory_limit and config.local_directory:
             data = SpillBuffer(
                 os.path.join(config.local_directory, "spill"),
@@ -150,11 +142,32 @@ class Worker(MemoryMonitor, PeerTransfers):
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.timeline.add_threads(self.pool.idents, time.perf_counter())
+        self.memory = MemoryMonitor(
+            config,
+            address=address,
+            in_process=in_process,
+            state=self.state,
+            data=self.data,
+            pool=self.pool,
+            metrics=self.metrics,
+            process=self._process,
+            handle=self.handle,
+            send_to_scheduler=self._send_to_scheduler,
+            closed=self._is_closed,
+        )
+        self.transfers = PeerTransfers(
+            address=address,
+            state=self.state,
+            data=self.data,
+            peers=peers,
+            metrics=self.metrics,
+            log_length=config.transfer_log_length,
+            now=self.now,
+            handle=self.handle,
+            run_function=self.run_function,
+            send_to_scheduler=self._send_to_scheduler,
+        )
         self._use_fine_metrics(config.fine_metrics)
-        # the latest transfers in and out (dicts of peer, keys, total, compressed, start,
-        # stop): the performance report's bandwidth charts read them
-        self.transfer_incoming_log: deque[dict] = deque(maxlen=config.transfer_log_length)
-        self.transfer_outgoing_log: deque[dict] = deque(maxlen=config.transfer_log_length)
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
         # these threads; its thread starts with the periodic tasks, and stops on close
         self.executing_by_thread: dict[int, tuple[Key, str]] = {}
@@ -183,6 +196,7 @@ class Worker(MemoryMonitor, PeerTransfers):
 
     def _use_fine_metrics(self, on: bool) -> None:
         self.fine_metrics = on
+        self.transfers.fine_metrics = on
         if isinstance(self.data, SpillBuffer):
             # storing a result may spill: charge that to the task whose result it was
             scope = context_meter.scope(self._charge_storing, MeterFrame()) if on else None
@@ -212,6 +226,37 @@ class Worker(MemoryMonitor, PeerTransfers):
 
     def connect(self, scheduler: Channel) -> None:
         self.scheduler = scheduler
+
+    def _send_to_scheduler(self, msgs: list) -> None:
+        """Send ``msgs`` if connected (the parts' way to the scheduler)."""
+        if self.scheduler is not None:
+            self.scheduler.send(msgs)
+
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    # -- what the parts hold, where the rest of the engine and users look -------------
+
+    @property
+    def transfer_incoming_log(self) -> deque[dict]:
+        """The latest fetches from peers (``transfers.incoming_log``): read by the
+        performance report (diagnostics) and by ``client.run`` functions."""
+        return self.transfers.incoming_log
+
+    @property
+    def transfer_outgoing_log(self) -> deque[dict]:
+        """The latest data sent to peers and the kernel (``transfers.outgoing_log``)."""
+        return self.transfers.outgoing_log
+
+    @property
+    def memory_stuck_seconds(self) -> float:
+        """How long the worker may stay paused with nothing to free before it gives up
+        (``memory.stuck_seconds``, from the config); set it to change it on a live worker."""
+        return self.memory.stuck_seconds
+
+    @memory_stuck_seconds.setter
+    def memory_stuck_seconds(self, seconds: float) -> None:
+        self.memory.stuck_seconds = seconds
 
     # -- inbound ----------------------------------------------------------------------
 
@@ -257,7 +302,7 @@ class Worker(MemoryMonitor, PeerTransfers):
                 Heartbeat(
                     sent=self.clock(),
                     memory=self._process.memory_info().rss,
-                    managed=self.managed_bytes(),
+                    managed=self.memory.managed_bytes(),
                     spilled=getattr(self.data, "spilled", 0),
                     executing=len(self.state.executing),
                     ready=len(self.state.ready),
@@ -274,7 +319,7 @@ class Worker(MemoryMonitor, PeerTransfers):
     def start_periodic(self) -> None:
         """Start the heartbeats, the memory monitor and the profiler (on the loop)."""
         self._spawn(self.heartbeat_loop(self.config.heartbeat_interval))
-        self._spawn(self._memory_monitor())
+        self._spawn(self.memory.run())
         self._started = True
         if self.profiler is not None:
             self.profiler.start()
@@ -359,7 +404,7 @@ class Worker(MemoryMonitor, PeerTransfers):
             elif t is ExecuteAfter:
                 self._offer_after(inst)
             elif t is GatherDep:
-                self._spawn(self._gather_dep(inst))
+                self._spawn(self.transfers.gather_dep(inst))
             elif t is SendReplicasAdded or t is SendDependencyUnavailable:
                 msgs.append(inst)
             elif t is SendCancelledTasksEnded:

@@ -44,7 +44,7 @@ async def serve(
             while True:
                 msg = await comm.read()
                 assert worker is not None
-                await worker.serve(comm, msg)
+                await worker.transfers.serve(comm, msg)
         except CommError:
             pass
 
@@ -81,7 +81,7 @@ async def serve(
             exit_code = MEMORY_STUCK_EXIT
             comm.abort()
 
-        worker.on_memory_stuck = give_up
+        worker.memory.on_stuck = give_up
         worker.connect(stream)
         worker.start_periodic()
         try:
