@@ -136,6 +136,7 @@ class DaskSource:
         self.client = client
         self.timeout = timeout
         self._offset = 0.0  # scheduler clock minus ours, from the last answer
+        self._last_now = 0.0
         self._transfer_fn: bytes | None = None
         self._lock = threading.Lock()
         self._installed = False
@@ -195,7 +196,6 @@ class DaskSource:
         with self._lock:
             if not self._installed:
                 self._install()
-        t0 = time.time()
         reply = self._call(
             lambda: self.client.scheduler.kernel_cluster_views(read=read, **args), timeout
         )
@@ -207,7 +207,9 @@ class DaskSource:
                 f"The Dask scheduler at {self.address} gave no answer to a view's read "
                 f"({reply!r:.200}); it may have restarted. Try again."
             )
-        self._offset = float(reply["now"]) - (t0 + t1) / 2
+        # the answer's time is taken as it leaves the scheduler (after a refresh's wait,
+        # too): off by the one-way trip back only
+        self._offset = float(reply["now"]) - t1
         if "error" in reply:
             if reply["error"] == "KeyError":
                 raise KeyError(reply["message"])
@@ -229,7 +231,9 @@ class DaskSource:
         return host in hosts or host.startswith("inproc") or self.address.startswith("inproc")
 
     def now(self) -> float:
-        return time.time() + self._offset
+        with self._lock:  # never backwards, though the offset estimate moves
+            self._last_now = max(self._last_now, time.time() + self._offset)
+            return self._last_now
 
     def fine_metrics(self, refresh: bool = True) -> Metrics:
         return cast(Metrics, self._read("metrics", self.timeout + 3 * refresh, refresh=refresh))
