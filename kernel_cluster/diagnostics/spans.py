@@ -66,9 +66,10 @@ def _dask_client() -> object | None:
     from distributed import Client
 
     try:
-        return Client.current(allow_global=True)
+        current: object = Client.current(allow_global=True)  # type: ignore[no-untyped-call]
     except ValueError:  # no client
         return None
+    return current
 
 
 def _dask_span(tags: tuple[str, ...]) -> AbstractContextManager[tuple[str, ...] | None]:
