@@ -48,6 +48,9 @@ Mapping Dask's data to the protocol, and where they differ:
   the scheduler; ``own`` samples are computed there (Dask does not keep them).
   ``profile_interval``/``profile_cycle_interval`` are the scheduler's settings
   (``distributed.worker.profile.*``), which workers started alike share.
+- Progress. Dask's task prefixes count the tasks the scheduler still holds: once
+  released and forgotten, a task leaves the counts (the engine keeps counting
+  it as ``forgotten``).
 - Memory. Process memory from the heartbeats (each host and pid once), managed
   bytes are ``WorkerState.nbytes``, spilled bytes are those on disk.
 - ``kind``: ``"embedded"`` when every worker runs in this process
