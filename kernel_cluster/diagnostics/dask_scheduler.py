@@ -36,6 +36,10 @@ WORKER_TIMEOUT = 2.0  # seconds a worker has to answer a read
 # the non-execute contexts of the protocol; each keyed (context, activity, unit)
 PLAIN_CONTEXTS = ("gather-dep", "get-data", "memory-monitor")
 STATES = ("released", "waiting", "queued", "processing", "memory", "erred", "forgotten")
+# as the engine does: the latest finished default spans stay apart, older ones fold into one
+FOLDED_ID = "default-folded"
+KEEP_DEFAULT_SPANS = 100
+FOLD_GRACE = 5.0  # seconds after a default span ends before it may fold (late heartbeats)
 
 # a task stream record: (index, key, prefix, span_id, worker, thread, status, nbytes,
 # ((action, start, stop, source), ...))
@@ -53,7 +57,13 @@ class ViewsPlugin(SchedulerPlugin):
         self.scheduler: Any = None
         self.records: deque[Record] = deque(maxlen=maxlen)
         self.index = 0  # records ever made: the next one's number
-        self.task_counts: dict[tuple[str | None, str], int] = {}
+        self.counts: dict[str | None, dict[str, int]] = {}  # span id -> prefix -> tasks
+        self.folded: set[str] = set()  # ids of the default spans folded into FOLDED_ID
+        self.folded_span: dict[str, Any] | None = None  # their sum, as spans() gives one
+        self.folded_metrics: dict[tuple[Any, ...], float] = {}  # their own execute metrics
+        self._fold_from = 0  # default spans before this index are all folded
+        self.keep_default_spans = KEEP_DEFAULT_SPANS
+        self.fold_grace = FOLD_GRACE
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -71,8 +81,12 @@ class ViewsPlugin(SchedulerPlugin):
         ts = self.scheduler.tasks.get(key) if self.scheduler is not None else None
         prefix = ts.prefix.name if ts is not None else key_split(key)
         span_id = ts.group.span_id if ts is not None else None
-        counter = (span_id, prefix)
-        self.task_counts[counter] = self.task_counts.get(counter, 0) + 1
+        if span_id in self.folded:
+            span_id = FOLDED_ID
+        counts = self.counts.get(span_id)
+        if counts is None:
+            counts = self.counts[span_id] = {}
+        counts[prefix] = counts.get(prefix, 0) + 1
         startstops = tuple(
             (ss["action"], float(ss["start"]), float(ss["stop"]), ss.get("source"))
             for ss in kw.get("startstops") or ()
@@ -163,14 +177,21 @@ class ViewsPlugin(SchedulerPlugin):
         """The protocol's shape: ``("execute", span_id, prefix, activity, unit)`` from each
         span's own metrics, plus the plain contexts from the scheduler's totals."""
         await self._fresh(refresh, timeout)
+        self._fold()
         out: dict[Any, float] = {}
         spans = self.scheduler.extensions.get("spans")
+        folded = self.folded
         for span_id, span in spans.spans.items() if spans is not None else ():
+            if span_id in folded:
+                continue
             for key, value in span._cumulative_worker_metrics.items():
                 if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute":
                     out[("execute", span_id, *key[1:])] = value
-        for (span_id, prefix), n in self.task_counts.items():
-            out[("execute", span_id, prefix, "tasks", "count")] = n
+        for key, value in self.folded_metrics.items():
+            out[("execute", FOLDED_ID, *key)] = value
+        for span_id, counts in self.counts.items():
+            for prefix, n in counts.items():
+                out[("execute", span_id, prefix, "tasks", "count")] = n
         for key, value in self.scheduler.cumulative_worker_metrics.items():
             if isinstance(key, tuple) and len(key) == 3 and key[0] in PLAIN_CONTEXTS:
                 out[key] = value
@@ -179,10 +200,62 @@ class ViewsPlugin(SchedulerPlugin):
     def _subtree_counts(self, span: Any) -> dict[str, int]:
         out: dict[str, int] = {}
         for node in span.traverse_spans():
-            for (span_id, prefix), n in self.task_counts.items():
-                if span_id == node.id:
-                    out[prefix] = out.get(prefix, 0) + n
+            for prefix, n in self.counts.get(node.id, {}).items():
+                out[prefix] = out.get(prefix, 0) + n
         return out
+
+    # -- folding old default spans: reads stay bounded however many there were ----------
+
+    def _fold(self) -> None:
+        """Fold the finished default spans older than the latest ``keep_default_spans``
+        (each once, ``fold_grace`` seconds after it ended) into ``FOLDED_ID``. Looks at
+        the unfolded default spans only: a bounded number."""
+        from distributed.metrics import time
+
+        ext = self.scheduler.extensions.get("spans")
+        defaults = ext.spans_search_by_name.get(("default",), []) if ext is not None else []
+        while self._fold_from < len(defaults) and defaults[self._fold_from].id in self.folded:
+            self._fold_from += 1
+        cutoff = time() - self.fold_grace
+        finished = [
+            s
+            for s in defaults[self._fold_from :]
+            if s.id not in self.folded and s.done and s.stop < cutoff
+        ]
+        for span in finished[: max(0, len(finished) - self.keep_default_spans)]:
+            self._fold_one(span)
+
+    def _fold_one(self, span: Any) -> None:
+        snap = self._snapshot(span)
+        self.folded.add(span.id)
+        f = self.folded_span
+        if f is None:
+            f = self.folded_span = {
+                **snap,
+                "id": FOLDED_ID,
+                "parent": None,
+                "children": (),
+                "states": dict(snap["states"]),
+                "metrics": dict(snap["metrics"]),
+                "code": (),
+            }
+        else:
+            f["enqueued"] = min(f["enqueued"], snap["enqueued"])
+            starts = [t for t in (f["start"], snap["start"]) if t]
+            f["start"] = min(starts) if starts else 0.0
+            f["stop"] = max(f["stop"], snap["stop"])
+            for name in ("duration", "nbytes_total", "active_cpu_seconds"):
+                f[name] += snap[name]
+            for state, n in snap["states"].items():
+                f["states"][state] = f["states"].get(state, 0) + n
+            for key, value in snap["metrics"].items():
+                f["metrics"][key] = f["metrics"].get(key, 0) + value
+        for key, value in span._cumulative_worker_metrics.items():
+            if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute":
+                self.folded_metrics[key[1:]] = self.folded_metrics.get(key[1:], 0) + value
+        into = self.counts.setdefault(FOLDED_ID, {})
+        for prefix, n in self.counts.pop(span.id, {}).items():
+            into[prefix] = into.get(prefix, 0) + n
 
     def _span_metrics(self, span: Any) -> dict[Any, float]:
         """A span's subtree metrics keyed ``("execute", prefix, activity, unit)``:
@@ -200,40 +273,48 @@ class ViewsPlugin(SchedulerPlugin):
 
     async def spans(self, refresh: bool = False, timeout: float = 3.0) -> list[dict[str, Any]]:
         await self._fresh(refresh, timeout)
+        self._fold()
         ext = self.scheduler.extensions.get("spans")
-        out = []
-        for span in ext.spans.values() if ext is not None else ():
-            states = dict.fromkeys(STATES, 0)
-            states.update(span.states)
-            parent = span.parent
-            out.append(
-                {
-                    "id": span.id,
-                    "name": tuple(span.name),
-                    "parent": parent.id if parent is not None else None,
-                    "children": tuple(c.id for c in span.children),
-                    "enqueued": float(span.enqueued),
-                    "start": float(span.start),
-                    "stop": float(span.stop),
-                    "duration": float(span.duration),
-                    "nbytes_total": int(span.nbytes_total),
-                    "states": states,
-                    "done": bool(span.done),
-                    "active_cpu_seconds": float(span.active_cpu_seconds),
-                    "metrics": self._span_metrics(span),
-                    "code": tuple(
-                        tuple(
-                            (str(sc.filename), int(sc.lineno_frame), "", str(sc.code)[:2000])
-                            for sc in stack
-                        )
-                        for stack in span.code[:3]
-                    ),
-                }
-            )
+        out = [
+            self._snapshot(span)
+            for span in (ext.spans.values() if ext is not None else ())
+            if span.id not in self.folded
+        ]
+        if self.folded_span is not None:
+            out.append({**self.folded_span, "states": dict(self.folded_span["states"])})
         return out
+
+    def _snapshot(self, span: Any) -> dict[str, Any]:
+        states = dict.fromkeys(STATES, 0)
+        states.update(span.states)
+        parent = span.parent
+        return {
+            "id": span.id,
+            "name": tuple(span.name),
+            "parent": parent.id if parent is not None else None,
+            "children": tuple(c.id for c in span.children),
+            "enqueued": float(span.enqueued),
+            "start": float(span.start),
+            "stop": float(span.stop),
+            "duration": float(span.duration),
+            "nbytes_total": int(span.nbytes_total),
+            "states": states,
+            "done": bool(span.done),
+            "active_cpu_seconds": float(span.active_cpu_seconds),
+            "metrics": self._span_metrics(span),
+            "code": tuple(
+                tuple(
+                    (str(sc.filename), int(sc.lineno_frame), "", str(sc.code)[:2000])
+                    for sc in stack
+                )
+                for stack in span.code[:3]
+            ),
+        }
 
     async def span_metrics(self, selector: Any) -> tuple[dict[Any, float], str]:
         ext = self.scheduler.extensions["spans"]
+        if selector == FOLDED_ID and self.folded_span is not None:
+            return dict(self.folded_span["metrics"]), "default (folded)"
         if isinstance(selector, str) and selector in ext.spans:
             span = ext.spans[selector]
             return self._span_metrics(span), " / ".join(span.name)

@@ -26,6 +26,7 @@ from distributed import LocalCluster
 
 import kernel_cluster
 from kernel_cluster import MemorySampler, performance_report, span
+from kernel_cluster.diagnostics import dask_scheduler
 from kernel_cluster.diagnostics import source as source_module
 from kernel_cluster.diagnostics.dask_source import DaskSource
 from kernel_cluster.diagnostics.progress_text import TextProgress
@@ -225,3 +226,32 @@ def test_unreadable_selector_and_bounded_reads(dask_client) -> None:
         source.spans(refresh=False)
         source.progress()
     assert (time.monotonic() - t0) / 20 < 0.25  # cheap enough for a few Hz
+
+
+def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
+    """Dask keeps every span; the reads fold old finished default spans as the engine
+    does, so that polling stays bounded however many loops of submit().result() ran."""
+    source = source_of(dask_client)
+    plugin = dask_client.cluster.scheduler.plugins[dask_scheduler.NAME]
+    plugin.keep_default_spans, plugin.fold_grace = 2, 0.0
+    try:
+        before = source.fine_metrics()
+        for i in range(6):  # outside any span: a new default span each time
+            assert dask_client.submit(slow_inc, 1000 + i).result() == 1001 + i
+        after = source.fine_metrics()  # folds, once the heartbeats are in
+        spans = source.spans(refresh=False)
+    finally:
+        plugin.keep_default_spans = dask_scheduler.KEEP_DEFAULT_SPANS
+        plugin.fold_grace = dask_scheduler.FOLD_GRACE
+
+    def tasks(metrics) -> float:
+        return sum(v for k, v in metrics.items() if k[2] == "slow_inc" and k[3] == "tasks")
+
+    assert tasks(after) - tasks(before) == 6  # folding moves numbers, loses none
+    defaults = [s for s in spans if s.name == ("default",)]
+    (folded,) = [s for s in defaults if s.id == dask_scheduler.FOLDED_ID]
+    assert len([s for s in defaults if s.done and s is not folded]) <= 2
+    assert folded.metrics[("execute", "slow_inc", "tasks", "count")] >= 4
+    assert after[("execute", dask_scheduler.FOLDED_ID, "slow_inc", "tasks", "count")] >= 4
+    metrics, label = source.span_metrics(dask_scheduler.FOLDED_ID)
+    assert metrics == folded.metrics and "folded" in label
