@@ -114,6 +114,9 @@ _pickle_lock = threading.Lock()
 def source_for(client: Any) -> DaskSource:
     """The one DaskSource of a ``distributed.Client`` (made, and attached, once)."""
     with _sources_lock:
+        # a source holds its client: forget those of closed clients, or neither would go
+        for old in [c for c in _sources if getattr(c, "status", None) == "closed"]:
+            del _sources[old]
         source = _sources.get(client)
         if source is None:
             source = _sources[client] = DaskSource(client)
