@@ -24,6 +24,7 @@ import asyncio
 import pickle
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
+from itertools import islice
 from typing import Any
 
 from dask.utils import key_split
@@ -122,6 +123,9 @@ class ViewsPlugin(SchedulerPlugin):
             data = await reader(**args)
         except KeyError as exc:
             return {"now": time(), "error": "KeyError", "message": str(exc.args[0])}
+        except Exception as exc:  # answered, not raised: no traceback per poll in its log
+            message = f"{read} failed on the scheduler: {type(exc).__name__}: {exc}"
+            return {"now": time(), "error": type(exc).__name__, "message": message}
         return {"now": time(), "data": pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)}
 
     def readers(self) -> dict[str, Callable[..., Awaitable[Any]]]:
@@ -375,10 +379,12 @@ class ViewsPlugin(SchedulerPlugin):
 
     async def stream_since(self, index: int) -> list[Record]:
         first = self.index - len(self.records)  # the oldest record still kept
-        skip = max(0, index - first)
-        if skip >= len(self.records):
+        tail = len(self.records) - max(0, index - first)
+        if tail <= 0:
             return []
-        return [self.records[i] for i in range(skip, len(self.records))]
+        out = list(islice(reversed(self.records), tail))  # from the end: O(tail)
+        out.reverse()
+        return out
 
     async def stream_window(
         self, start: float | None = None, stop: float | None = None, count: int | None = None

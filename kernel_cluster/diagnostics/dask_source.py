@@ -146,6 +146,7 @@ class DaskSource:
         self._transfer_fn: bytes | None = None
         self._lock = threading.Lock()
         self._installed = False
+        self._kind: SourceKind | None = None
         hello = cast(dict[str, float], self._read("hello"))
         self._profile_interval = float(hello["profile_interval"])
         self._profile_cycle = float(hello["profile_cycle"])
@@ -226,11 +227,15 @@ class DaskSource:
 
     @property
     def kind(self) -> SourceKind:
-        here = {socket.gethostname(), "127.0.0.1", "localhost"}
-        workers = self.info().workers.values()
-        if workers and all(w.pid == os.getpid() for w in workers) and self._local(here):
-            return "embedded"
-        return "processes"
+        """Told by the first workers seen (a cluster does not change how it runs them)."""
+        if self._kind is None:
+            here = {socket.gethostname(), "127.0.0.1", "localhost"}
+            workers = self.info().workers.values()
+            if not workers:
+                return "processes"  # no worker yet: ask again later
+            in_here = all(w.pid == os.getpid() for w in workers) and self._local(here)
+            self._kind = "embedded" if in_here else "processes"
+        return self._kind
 
     def _local(self, hosts: set[str]) -> bool:
         host = self.address.split("://")[-1].rsplit(":", 1)[0]
