@@ -122,6 +122,8 @@ class ViewsPlugin(SchedulerPlugin):
         ``{"error": ..., "message": ...}`` for a read that failed as expected."""
         from distributed.metrics import time
 
+        if self.scheduler.plugins.get(NAME) is not self:
+            return {}  # unregistered: the reader installs a new plugin, which answers
         reader = self.readers().get(read)
         if reader is None:
             return {"now": time(), "error": "ValueError", "message": f"unknown read {read!r}"}

@@ -139,6 +139,12 @@ class DaskSource:
     ``distributed.Client``). ``timeout``: seconds one read may take."""
 
     def __init__(self, client: Any, timeout: float = DEFAULT_TIMEOUT) -> None:
+        if getattr(client, "asynchronous", False):
+            raise TypeError(
+                "The views read a Dask cluster from their own threads and need a "
+                "synchronous distributed.Client: make another one, Client(address), "
+                "for them (asynchronous=False, the default)."
+            )
         self.client = client
         self.timeout = timeout
         self._offset = 0.0  # scheduler clock minus ours, from the last answer
@@ -200,20 +206,23 @@ class DaskSource:
     def _read(self, read: str, timeout: float | None = None, **args: Any) -> object:
         """Ask the plugin for one snapshot (installing it first if need be)."""
         timeout = self.timeout if timeout is None else timeout
-        with self._lock:
-            if not self._installed:
-                self._install()
-        reply = self._call(
-            lambda: self.client.scheduler.kernel_cluster_views(read=read, **args), timeout
-        )
-        t1 = time.time()
-        if not isinstance(reply, Mapping) or "now" not in reply:
-            # no plugin (a scheduler restarted at the same address): install it again
+        for _ in range(2):
+            with self._lock:
+                if not self._installed:
+                    self._install()
+            reply = self._call(
+                lambda: self.client.scheduler.kernel_cluster_views(read=read, **args), timeout
+            )
+            if isinstance(reply, Mapping) and "now" in reply:
+                break
+            # no plugin there (a scheduler restarted at the same address): install it again
             self._installed = False
+        else:
             raise SchedulerUnreachable(
                 f"The Dask scheduler at {self.address} gave no answer to a view's read "
-                f"({reply!r:.200}); it may have restarted. Try again."
+                f"({reply!r:.200}), even with the views' plugin installed again."
             )
+        t1 = time.time()
         # the answer's time is taken as it leaves the scheduler (after a refresh's wait,
         # too): off by the one-way trip back only
         self._offset = float(reply["now"]) - t1

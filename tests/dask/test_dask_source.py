@@ -255,3 +255,14 @@ def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
     assert after[("execute", dask_scheduler.FOLDED_ID, "slow_inc", "tasks", "count")] >= 4
     metrics, label = source.span_metrics(dask_scheduler.FOLDED_ID)
     assert metrics == folded.metrics and "folded" in label
+
+
+def test_a_scheduler_without_the_plugin_gets_it_again(dask_client) -> None:
+    """A scheduler restarted at the same address has lost the plugin: the next read
+    installs it again instead of failing (its history starts anew)."""
+    source = source_of(dask_client)
+    source.progress()
+    dask_client.unregister_scheduler_plugin(dask_scheduler.NAME)
+    assert dask_scheduler.NAME not in dask_client.cluster.scheduler.plugins
+    assert source.task_stream_index() == 0  # read through a new plugin
+    assert dask_scheduler.NAME in dask_client.cluster.scheduler.plugins
