@@ -29,8 +29,8 @@ from kernel_cluster import MemorySampler, performance_report, span
 from kernel_cluster.diagnostics import dask_scheduler
 from kernel_cluster.diagnostics import source as source_module
 from kernel_cluster.diagnostics.dask_source import DaskSource
-from kernel_cluster.diagnostics.progress_text import TextProgress
 from kernel_cluster.diagnostics.source import DiagnosticsSource, source_of, watch_default_source
+from kernel_cluster.jupyter import lab
 from kernel_cluster.jupyter.widgets import (
     FineMetrics,
     ProfileFlameGraph,
@@ -158,9 +158,10 @@ def test_task_stream_and_flame_graph(dask_client) -> None:
 def test_progress_as_text(dask_client) -> None:
     futures = dask_client.map(slow_inc, range(200, 210))
     out = io.StringIO()
-    text = TextProgress(source_of(dask_client), file=out, timeout=30).run()
+    text = kernel_cluster.progress(dask_client, file=out, timeout=30)  # not a notebook: text
     assert dask_client.gather(futures) == list(range(201, 211))
     assert "slow_inc" in text and "running" not in text  # drawn until all were done
+    assert out.getvalue().strip().endswith(text.strip().splitlines()[-1])
 
 
 def test_memory_sampler(dask_client) -> None:
@@ -214,6 +215,8 @@ def test_attach_makes_it_the_default_and_spans_go_to_dask(dask_client, restore_d
         assert w.source is source
     finally:
         w.close()
+    summary = lab.cluster_summary(source)  # the JupyterLab sidebar's
+    assert summary["kind"] == "processes" and summary["workers"] == 2 and summary["threads"] == 4
 
 
 def test_unreadable_selector_and_bounded_reads(dask_client) -> None:

@@ -87,6 +87,13 @@ class Observed:
 # says why), each named where a check skips it:
 # - "gather-dep bytes": Dask's workers time fetching dependencies but count no bytes in
 #   their fine metrics (the transfer logs have the bytes, and are checked below).
+# Other differences the checks meet only because of how ``_dask`` runs the workload:
+# - tasks are counted, and the task stream kept, from the moment DaskSource attaches
+#   (its scheduler plugin): ``attach`` comes before the workload;
+# - Dask's progress counts only the tasks its scheduler still holds: the workload's
+#   futures are held until the checks are done;
+# - Dask's metrics arrive with heartbeats: ``fine_metrics()`` (refresh) waits for them;
+# - Dask's states add "no-worker" to the engine's, at 0 here.
 DASK_LACKS = frozenset({"gather-dep bytes"})
 
 
