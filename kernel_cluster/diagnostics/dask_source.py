@@ -150,7 +150,8 @@ class DaskSource:
         self._offset = 0.0  # scheduler clock minus ours, from the last answer
         self._last_now = 0.0
         self._transfer_fn: bytes | None = None
-        self._lock = threading.Lock()
+        self._install_lock = threading.Lock()
+        self._clock_lock = threading.Lock()
         self._installed = False
         self._kind: SourceKind | None = None
         hello = cast(dict[str, float], self._read("hello"))
@@ -207,7 +208,7 @@ class DaskSource:
         """Ask the plugin for one snapshot (installing it first if need be)."""
         timeout = self.timeout if timeout is None else timeout
         for _ in range(2):
-            with self._lock:
+            with self._install_lock:
                 if not self._installed:
                     self._install()
             reply = self._call(
@@ -229,7 +230,7 @@ class DaskSource:
         if "error" in reply:
             if reply["error"] == "KeyError":
                 raise KeyError(reply["message"])
-            raise ValueError(f"The Dask scheduler refused a read: {reply['message']}")
+            raise ValueError(f"The Dask scheduler could not answer a view: {reply['message']}")
         return pickle.loads(reply["data"])
 
     # -- the protocol --------------------------------------------------------------------------
@@ -251,7 +252,7 @@ class DaskSource:
         return host in hosts or host.startswith("inproc") or self.address.startswith("inproc")
 
     def now(self) -> float:
-        with self._lock:  # never backwards, though the offset estimate moves
+        with self._clock_lock:  # never backwards, though the offset estimate moves
             self._last_now = max(self._last_now, time.time() + self._offset)
             return self._last_now
 
