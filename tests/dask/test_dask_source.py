@@ -48,6 +48,33 @@ def slow_inc(x: int) -> int:
     return x + 1
 
 
+# Dask puts a task in the span of its TaskGroup (named after its function) while that
+# group lives: each test gets its own functions so that no group outlives a test into
+# the next one's spans
+def live_inc(x: int) -> int:
+    return slow_inc(x)
+
+
+def progress_inc(x: int) -> int:
+    return slow_inc(x)
+
+
+def memory_inc(x: int) -> int:
+    return slow_inc(x)
+
+
+def attached_inc(x: int) -> int:
+    return slow_inc(x)
+
+
+def fold_inc(x: int) -> int:
+    return slow_inc(x)
+
+
+def report_crunch(x: int) -> int:
+    return crunch(x)
+
+
 def crunch(x: int) -> int:
     total = 0
     for i in range(300_000):  # pure Python: the profiler sees it
@@ -125,9 +152,9 @@ def test_live_widget_keeps_up_with_new_work(dask_client) -> None:
     browser = capture(w)
     try:
         with span("live") as span_id:
-            futures = dask_client.map(slow_inc, range(100, 104))
+            futures = dask_client.map(live_inc, range(100, 104))
             dask_client.gather(futures)
-        key = ("execute", span_id, "slow_inc", "tasks", "count")
+        key = ("execute", span_id, "live_inc", "tasks", "count")
         wait_for(lambda: browser.metrics.as_dict().get(key) == 4, 15, "the widget's update")
         assert w.updating
     finally:
@@ -156,18 +183,18 @@ def test_task_stream_and_flame_graph(dask_client) -> None:
 
 
 def test_progress_as_text(dask_client) -> None:
-    futures = dask_client.map(slow_inc, range(200, 210))
+    futures = dask_client.map(progress_inc, range(200, 210))
     out = io.StringIO()
     text = kernel_cluster.progress(dask_client, file=out, timeout=30)  # not a notebook: text
     assert dask_client.gather(futures) == list(range(201, 211))
-    assert "slow_inc" in text and "running" not in text  # drawn until all were done
+    assert "progress_inc" in text and "running" not in text  # drawn until all were done
     assert out.getvalue().strip().endswith(text.strip().splitlines()[-1])
 
 
 def test_memory_sampler(dask_client) -> None:
     ms = MemorySampler()
     with ms.sample("dask", client=dask_client, interval=0.05):
-        dask_client.gather(dask_client.map(slow_inc, range(300, 320)))
+        dask_client.gather(dask_client.map(memory_inc, range(300, 320)))
     samples = ms.samples["dask"]
     assert len(samples) >= 2 and min(v for _, v in samples) > 10_000_000  # two processes
     assert ms.to_pandas().shape[0] == len(samples)
@@ -177,7 +204,7 @@ def test_performance_report(dask_client, tmp_path) -> None:
     out = tmp_path / "dask-report.html"
     with performance_report(filename=out, client=dask_client, memory_interval=0.05) as rep:
         with span("report"):
-            parts = dask_client.map(crunch, range(400, 406))
+            parts = dask_client.map(report_crunch, range(400, 406))
             total = dask_client.submit(sum, parts)  # gathers from both workers
             total.result()
         wait_for(lambda: len(rep._memory) >= 2, 10, "two memory samples")
@@ -187,7 +214,7 @@ def test_performance_report(dask_client, tmp_path) -> None:
     assert s["tasks"] == 7 and s["workers"] == 2 and s["threads"] == 4
     sections, tasks, _trees = report_sections(html)
     assert len(tasks.keys) == 7
-    assert {t["prefix"] for t in tasks.tasks} == {"crunch", "sum"}
+    assert {t["prefix"] for t in tasks.tasks} == {"report_crunch", "sum"}
     assert len(sections["memory"]["time"]) >= 2
     assert sections["bandwidth"]["bytes"]  # the sum fetched results from the other worker
 
@@ -202,7 +229,7 @@ def test_attach_makes_it_the_default_and_spans_go_to_dask(dask_client, restore_d
     assert changes == [source] and source is source_of(dask_client)
     assert source_of(None) is source  # views made without a client read it
     with span("attached", "inner") as inner_id:
-        future = dask_client.submit(slow_inc, 1)
+        future = dask_client.submit(attached_inc, 1)
         assert future.result() == 2
 
     def dask_span_names(dask_scheduler):  # what Dask's own dashboard shows
@@ -240,7 +267,7 @@ def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
     try:
         before = source.fine_metrics()
         for i in range(6):  # outside any span: a new default span each time
-            assert dask_client.submit(slow_inc, 1000 + i).result() == 1001 + i
+            assert dask_client.submit(fold_inc, 1000 + i).result() == 1001 + i
         after = source.fine_metrics()  # folds, once the heartbeats are in
         spans = source.spans(refresh=False)
     finally:
@@ -248,14 +275,14 @@ def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
         plugin.fold_grace = dask_scheduler.FOLD_GRACE
 
     def tasks(metrics) -> float:
-        return sum(v for k, v in metrics.items() if k[2] == "slow_inc" and k[3] == "tasks")
+        return sum(v for k, v in metrics.items() if k[2] == "fold_inc" and k[3] == "tasks")
 
     assert tasks(after) - tasks(before) == 6  # folding moves numbers, loses none
     defaults = [s for s in spans if s.name == ("default",)]
     (folded,) = [s for s in defaults if s.id == dask_scheduler.FOLDED_ID]
     assert len([s for s in defaults if s.done and s is not folded]) <= 2
-    assert folded.metrics[("execute", "slow_inc", "tasks", "count")] >= 4
-    assert after[("execute", dask_scheduler.FOLDED_ID, "slow_inc", "tasks", "count")] >= 4
+    assert folded.metrics[("execute", "fold_inc", "tasks", "count")] >= 4
+    assert after[("execute", dask_scheduler.FOLDED_ID, "fold_inc", "tasks", "count")] >= 4
     metrics, label = source.span_metrics(dask_scheduler.FOLDED_ID)
     assert metrics == folded.metrics and "folded" in label
 
