@@ -41,7 +41,11 @@ Mapping Dask's data to the protocol, and where they differ:
 - Spans. Dask's, with its own ``enqueued``/``start``/``stop``/``duration``/
   ``active_cpu_seconds``; its state ``no-worker`` is kept as an extra state. Dask
   keeps every span: nothing folds the old default spans as the engine does.
-  Code snippets carry the file and line, not the function's name.
+  Code snippets carry the file and line, not the function's name. Dask puts a
+  task in the span of its TaskGroup (its function, by key name) while that group
+  lives: tasks of a function submitted under a new span while earlier tasks of it
+  are still held land in the earlier span, and a loop of ``submit(f).result()``
+  may reuse one default span rather than making one per iteration.
 - Task stream. Kept by the plugin from the moment it is installed (earlier tasks
   are not in it), numbered, the last ``STREAM_LENGTH`` records.
 - Profiles. Dask's workers' statistical profiles, read per worker and flattened on

@@ -266,23 +266,28 @@ def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
     plugin.keep_default_spans, plugin.fold_grace = 2, 0.0
     try:
         before = source.fine_metrics()
-        for i in range(6):  # outside any span: a new default span each time
-            assert dask_client.submit(fold_inc, 1000 + i).result() == 1001 + i
+        for i in range(6):  # outside any span, each its own TaskGroup: a default span each
+            future = dask_client.submit(fold_inc, i, key=f"fold{'abcdef'[i]}-{i}")
+            assert future.result() == i + 1
         after = source.fine_metrics()  # folds, once the heartbeats are in
         spans = source.spans(refresh=False)
     finally:
         plugin.keep_default_spans = dask_scheduler.KEEP_DEFAULT_SPANS
         plugin.fold_grace = dask_scheduler.FOLD_GRACE
 
-    def tasks(metrics) -> float:
-        return sum(v for k, v in metrics.items() if k[2] == "fold_inc" and k[3] == "tasks")
+    def tasks(metrics, span_id=None) -> float:
+        return sum(
+            v
+            for k, v in metrics.items()
+            if str(k[-3]).startswith("fold") and k[-2] == "tasks" and span_id in (None, k[1])
+        )
 
     assert tasks(after) - tasks(before) == 6  # folding moves numbers, loses none
     defaults = [s for s in spans if s.name == ("default",)]
     (folded,) = [s for s in defaults if s.id == dask_scheduler.FOLDED_ID]
     assert len([s for s in defaults if s.done and s is not folded]) <= 2
-    assert folded.metrics[("execute", "fold_inc", "tasks", "count")] >= 4
-    assert after[("execute", dask_scheduler.FOLDED_ID, "fold_inc", "tasks", "count")] >= 4
+    assert tasks(folded.metrics) >= 4
+    assert tasks(after, dask_scheduler.FOLDED_ID) >= 4
     metrics, label = source.span_metrics(dask_scheduler.FOLDED_ID)
     assert metrics == folded.metrics and "folded" in label
 
