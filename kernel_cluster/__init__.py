@@ -4,6 +4,7 @@ from .client import Client, get_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
 from .diagnostics.report import performance_report
+from .diagnostics.source import attach
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.config import WorkerConfig
@@ -47,6 +48,7 @@ __all__ = [
     "WorkerConfig",
     "__version__",
     "as_completed",
+    "attach",
     "context_meter",
     "get_annotations",
     "get_client",

@@ -200,19 +200,50 @@ def default_source() -> DiagnosticsSource:
 
 def source_of(obj: Diagnosable | None) -> DiagnosticsSource:
     """The source behind a Client (its ``diagnostics``), ``obj`` itself if it is a
-    source, or the default source for None."""
+    source, the one ``DaskSource`` of a ``distributed.Client``, or the default source
+    for None."""
     if obj is None:
         return default_source()
     if isinstance(obj, DiagnosticsSource):
         return obj
     if isinstance(obj, HasDiagnostics):
         return obj.diagnostics
+    dask = _dask_source(obj)
+    if dask is not None:
+        return dask
     missing = [name for name in _MEMBERS if not hasattr(obj, name)]
     raise TypeError(
         f"Expected a kernel_cluster Client or a DiagnosticsSource, got "
         f"{type(obj).__name__} (it has no {', '.join(missing[:3])}"
         f"{', ...' if len(missing) > 3 else ''})."
     )
+
+
+def _dask_source(obj: object) -> DiagnosticsSource | None:
+    """A distributed.Client's DaskSource (one per client), or None for anything else;
+    distributed is imported only for an object whose type comes from it."""
+    if not type(obj).__module__.startswith("distributed"):
+        return None
+    from .dask_source import is_dask_client, source_for
+
+    return source_for(obj) if is_dask_client(obj) else None
+
+
+def attach(client: object) -> DiagnosticsSource:
+    """Make ``client`` (a ``distributed.Client``, a kernel_cluster Client, or a source)
+    the default source: views made without a client read it, the JupyterLab panels
+    follow it, and ``span()`` opens Dask spans while it is a Dask client's."""
+    source = source_of(client)  # type: ignore[arg-type]  # checked at run time
+    set_default_source(source)
+    return source
+
+
+def default_dask_client() -> object | None:
+    """The ``distributed.Client`` behind the default source, if it is a Dask one."""
+    client: object | None = getattr(_default_source, "client", None)
+    if client is not None and type(_default_source).__name__ == "DaskSource":
+        return client
+    return None
 
 
 _MEMBERS = sorted(

@@ -6,16 +6,23 @@
 
 The spans nest: here the tasks belong to ("Alice's workflow", "data load"), and
 the parent span covers them too. Re-entering the same tags makes a new span.
+
+When the default source is a Dask cluster's (``kernel_cluster.attach(dask_client)``)
+or no kernel_cluster client is open while a ``distributed.Client`` is, ``span``
+opens a ``distributed.span`` as well and takes its ids, so the same span shows in
+Dask's dashboard and in these views (and tags a kernel_cluster client's tasks too).
 """
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from ..core.annotations import current_span, get_annotations
+from . import source
 from .snapshots import SpanInfo
 
 __all__ = ["SpanInfo", "SpanTreeView", "get_annotations", "span"]
@@ -34,15 +41,52 @@ def span(*tags: str) -> Iterator[str]:
             raise TypeError(
                 f"span tags must be non-empty strings; got {tag!r} ({type(tag).__name__})."
             )
-    name, ids = current_span.get() or ((), ())
-    for tag in tags:
-        name = (*name, tag)
-        ids = (*ids, str(uuid.uuid4()))
-    token = current_span.set((name, ids))
+    with _dask_span(tags) as dask_ids:
+        name, ids = current_span.get() or ((), ())
+        for tag in tags:
+            name = (*name, tag)
+            ids = (*ids, str(uuid.uuid4()))
+        if dask_ids is not None and len(dask_ids) == len(ids):
+            ids = dask_ids  # one span, one id, in both engines
+        token = current_span.set((name, ids))
+        try:
+            yield ids[-1]
+        finally:
+            current_span.reset(token)
+
+
+def _dask_client() -> object | None:
+    """The Dask client spans go to: the default source's, else (with no kernel_cluster
+    client open) distributed's current client. distributed is not imported here."""
+    client = source.default_dask_client()
+    if client is not None or source._default_source is not None:
+        return client
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import Client
+
     try:
-        yield ids[-1]
-    finally:
-        current_span.reset(token)
+        current: object = Client.current(allow_global=True)  # type: ignore[no-untyped-call]
+    except ValueError:  # no client
+        return None
+    return current
+
+
+def _dask_span(tags: tuple[str, ...]) -> AbstractContextManager[tuple[str, ...] | None]:
+    """``distributed.span(*tags)`` yielding the full id path, when there is a Dask client."""
+    if _dask_client() is None:
+        return nullcontext()
+    return _open_dask_span(tags)
+
+
+@contextmanager
+def _open_dask_span(tags: tuple[str, ...]) -> Iterator[tuple[str, ...] | None]:
+    import dask
+    from distributed import span as dask_span
+
+    with dask_span(*tags):
+        annotation = dask.get_annotations().get("span") or {}
+        yield tuple(annotation.get("ids", ())) or None
 
 
 # -- reading the span tree: snapshots of plain data -----------------------------------------

@@ -64,15 +64,17 @@ class _LiveWidget(anywidget.AnyWidget):
 
     def __init__(
         self,
-        client: Diagnosable,
+        client: Diagnosable | None = None,
         *,
         interval: float = 0.5,
         autostart: bool = True,
         clock: Any = None,
         **kwargs: Any,
     ):
-        """``client``: a Client (or any DiagnosticsSource). ``interval``: seconds between
-        updates (at least 0.25). ``autostart=False`` sends nothing until ``update()``.
+        """``client``: a Client, a ``distributed.Client`` or any DiagnosticsSource (None:
+        the default source, the latest Client or ``kernel_cluster.attach``'s).
+        ``interval``: seconds between updates (at least 0.25). ``autostart=False``
+        sends nothing until ``update()``.
         ``clock`` (for tests): a function returning the time for the rate bound; the
         updates also wait on its ``pause(stop, seconds)`` if it has one (``Poller``)."""
         bundle = bundle_path()
@@ -259,7 +261,7 @@ class Dashboard(FineMetrics):
     _feeds: tuple[str, ...] = ("metrics", "spans", "progress")
 
 
-def dashboard(client: Diagnosable, **kwargs: Any) -> Dashboard:
+def dashboard(client: Diagnosable | None = None, **kwargs: Any) -> Dashboard:
     return Dashboard(client, **kwargs)
 
 
