@@ -15,6 +15,7 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
+from hypothesis import settings
 
 from kernel_cluster.client import Client
 from kernel_cluster.engine.cluster import KernelCluster
@@ -31,6 +32,11 @@ from tests.engine.helpers import (
     wait_for,
     worker_errors,
 )
+
+# property tests check behaviour, not speed: a busy machine must not fail them (each
+# test still has pytest's per-test timeout)
+settings.register_profile("kernel-cluster", deadline=None)
+settings.load_profile("kernel-cluster")
 
 
 @pytest.fixture(params=[False, True], ids=["embedded", "processes"])
