@@ -34,7 +34,7 @@ from kernel_cluster.diagnostics.source import attach, source_of
 from kernel_cluster.jupyter import lab
 from kernel_cluster.jupyter.widgets import FineMetrics, TaskStream
 from tests.engine.helpers import wait_for
-from tests.views.test_live import Browser
+from tests.views.test_publisher import Browser
 
 DASK = Path(sys.executable).parent / "dask"
 START_TIMEOUT = 40  # seconds for the scheduler and workers to come up (a busy machine)

@@ -39,7 +39,7 @@ from kernel_cluster.jupyter.widgets import (
     dashboard,
 )
 from tests.engine.helpers import wait_for
-from tests.views.test_live import Browser
+from tests.views.test_publisher import Browser
 from tests.views.test_report import report_data, report_sections
 
 
