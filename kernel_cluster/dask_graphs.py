@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 # what dask.annotate(...) may say that this engine acts on; the rest is ignored
-HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority"})
+HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority", "retries"})
 
 
 def is_dask_graph(dsk: Any) -> bool:
