@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from dask._task_spec import Task, TaskRef  # noqa: E402
 from dask.utils import key_split as dask_key_split  # noqa: E402
 
-from kernel_cluster import span  # noqa: E402
+from kernel_cluster import dask_graphs, span  # noqa: E402
 from kernel_cluster.core.spec import GraphError  # noqa: E402
 from kernel_cluster.futures import Future  # noqa: E402
 from tests.engine.helpers import wait_for  # noqa: E402
@@ -223,3 +223,22 @@ def test_the_engine_never_imports_dask_itself():
         "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_high_level_graph_keeps_its_layers_annotations(client):
+    worker = sorted(client.scheduler_info()["workers"])[0]
+    with dask.annotate(workers=[worker], retries=1):
+        x = da.ones((10,), chunks=5) + 1
+    graph = dask_graphs.convert(x.__dask_graph__(), client)
+    assert graph.annotations and all(
+        a == {"workers": (worker,), "retries": 1} for a in graph.annotations.values()
+    )
+    with client.get_task_stream() as ts:
+        parts = client.get(x.__dask_graph__(), list(x.__dask_keys__()))
+    np.testing.assert_array_equal(np.concatenate(parts), np.full(10, 2.0))
+    assert {r["worker"] for r in ts.data} == {worker}
+
+
+def test_priority_annotation_orders_the_submission():
+    order = {"a": 0, "b": 1, "c": 2, "d": 3}
+    assert dask_graphs.prioritized(order, {"c": 5, "d": 1}) == {"c": 0, "d": 1, "a": 2, "b": 3}
