@@ -309,17 +309,21 @@ class Client:
         ``dsk`` may also be what dask hands a scheduler (an expression, or a dict of
         dask's task objects): ``dask.compute(x, scheduler=client.get)`` runs here."""
         self._check_running()
+        graph: DaskGraph | None = None
         if is_dask_graph(dsk):
             graph = dask_graphs.convert(dsk, self)
-            specs: dict[Key, TaskSpec] = graph.specs
-            defines = lambda k: graph.defines(k) or self._holds(k)  # noqa: E731
+            specs = graph.specs
         else:
-            graph = None
             specs = parse_graph(dsk)
-            defines = functools.partial(_defines, specs)
         flat = flatten_keys(keys)
         for k in flat:
-            if not defines(k):
+            try:
+                present = k in specs
+            except TypeError:
+                present = False
+            if not present and graph is not None:  # a future's key, e.g. persisted
+                present = self._holds(k)
+            if not present:
                 raise MissingKeyError(
                     f"Key {k!r} is not in the graph; it defines {len(specs)} keys "
                     f"such as {list(specs)[:3]!r}."
@@ -675,13 +679,6 @@ class Client:
     def __repr__(self) -> str:
         info = self.cluster
         return f"<Client {self.id} {self.status}, cluster={info!r}>"
-
-
-def _defines(specs: dict[Key, TaskSpec], key: Any) -> bool:
-    try:
-        return key in specs
-    except TypeError:  # an unhashable "key"
-        return False
 
 
 class _PickledResult:

@@ -64,12 +64,6 @@ class DaskGraph:
     priority: dict[Key, float] = field(default_factory=dict)
     ignored: frozenset[str] = frozenset()
 
-    def defines(self, key: Key) -> bool:
-        try:
-            return key in self.specs or key in self.held
-        except TypeError:  # an unhashable "key"
-            return False
-
 
 def _run(node: Any, values: dict[Key, Any]) -> Any:
     """A dask node evaluated on its dependencies' values (what a worker calls)."""
