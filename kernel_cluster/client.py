@@ -329,8 +329,9 @@ class Client:
                     f"such as {list(specs)[:3]!r}."
                 )
         wanted = list(dict.fromkeys(flat))
+        event = self._graph_event(specs, wanted, graph)
         with self._lock:
-            seq = self._submit_graph(specs, wanted, graph)
+            seq = self._enqueue(event)
             states = self._futures.want(wanted, seq)
         try:
             self._wait_all(states, fail_fast=True)
@@ -346,10 +347,11 @@ class Client:
             self._release_keys(wanted)
         return pack_results(keys, data)
 
-    def _submit_graph(
+    def _graph_event(
         self, specs: dict[Key, TaskSpec], wanted: list[Key], graph: DaskGraph | None = None
-    ) -> int:
-        """Send a parsed graph to the scheduler (lock held); returns the event's number."""
+    ) -> GraphSubmitted:
+        """A parsed graph as the scheduler takes it (pickled here for worker processes,
+        outside the client's lock)."""
         order = graph_order(specs, wanted)
         ann = placement(None, False, self.code_frames)
         if graph is not None:
@@ -363,7 +365,7 @@ class Client:
         payloads: dict = (
             {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
         )
-        return self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, ann))
+        return GraphSubmitted(self.id, payloads, deps, wanted, order, ann)
 
     def _holds(self, key: Key) -> bool:
         """Whether a future of this client holds ``key`` (its value is or will be on
@@ -390,9 +392,9 @@ class Client:
             )
         expr, key = dask_graphs.collection_graph(collections, optimize_graph)
         graph = dask_graphs.convert(expr, self)
+        event = self._graph_event(graph.specs, [key], graph)
         with self._lock:
-            seq = self._submit_graph(graph.specs, [key], graph)
-            return self._future(key, seq)
+            return self._future(key, self._enqueue(event))
 
     def persist(self, collections: Any, optimize_graph: bool = True, **kwargs: Any) -> Any:
         """Start computing a dask collection (or a list of them) and return the same
@@ -409,8 +411,9 @@ class Client:
         expr, keys = dask_graphs.persist_graph(colls, optimize_graph)
         graph = dask_graphs.convert(expr, self)
         wanted = list(dict.fromkeys(k for ks in keys for k in ks))
+        event = self._graph_event(graph.specs, wanted, graph)
         with self._lock:
-            seq = self._submit_graph(graph.specs, wanted, graph)
+            seq = self._enqueue(event)
             futures = {k: self._future(k, seq) for k in wanted}
         out = []
         for c, ks in zip(colls, keys):
