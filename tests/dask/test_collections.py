@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -242,3 +243,17 @@ def test_a_high_level_graph_keeps_its_layers_annotations(client):
 def test_priority_annotation_orders_the_submission():
     order = {"a": 0, "b": 1, "c": 2, "d": 3}
     assert dask_graphs.prioritized(order, {"c": 5, "d": 1}) == {"c": 0, "d": 1, "a": 2, "b": 3}
+
+
+def spin(block, seconds=0.3):
+    """Hold a worker thread for ``seconds`` (in Python: the profiler sees it)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    return block
+
+
+def test_the_profile_is_kept_by_dask_prefix(client):
+    x = da.ones((4,), chunks=2).map_blocks(spin, dtype=float)
+    assert x.sum().compute(scheduler=client, optimize_graph=False) == 4
+    wait_for(lambda: client.profile(prefix="spin")["count"] > 0, what="spin's profile")
