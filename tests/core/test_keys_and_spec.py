@@ -148,3 +148,27 @@ def test_sizeof_is_fair_for_common_values():
     big = list(range(100_000))
     assert 800_000 < sizeof(big) < 8_000_000
     assert sizeof({"a": np.zeros(100)}) > 800
+
+
+def test_sizeof_pandas_reads_the_column_arrays():
+    pd = pytest.importorskip("pandas")
+    np = pytest.importorskip("numpy")
+    n = 10_000
+    frame = pd.DataFrame(
+        {
+            "i": np.arange(n),
+            "f": np.ones(n),
+            "s": ["word"] * n,
+            "c": pd.Categorical(["a", "b"] * (n // 2)),
+        }
+    )
+    multi = frame.set_index(["i", "s"])
+    for obj in [frame, frame.f, frame.s, frame.groupby("c", observed=True).f.sum(), multi]:
+        assert sizeof(obj) == int(np.sum(obj.memory_usage(deep=True)))
+    # numpy object columns and indexes: their Python objects estimated from a sample
+    objects = pd.DataFrame(
+        {"o": np.array([f"text {i}" for i in range(n)], dtype=object)},
+        index=pd.Index([f"row {i}" for i in range(n)], dtype=object),
+    )
+    exact = int(objects.memory_usage(deep=True).sum())
+    assert 0.8 * exact < sizeof(objects) < 1.25 * exact
