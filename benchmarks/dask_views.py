@@ -1,6 +1,6 @@
 """What the views cost on a Dask cluster, and what they send, against the engine.
 
-    /work/main/.venv/bin/python benchmarks/dask_views.py [--quick] [--rounds N]
+    .venv/bin/python benchmarks/dask_views.py [--quick] [--rounds N]
 
 1. Overhead. A Dask ``LocalCluster(processes=True, n_workers=2,
    threads_per_worker=1)`` runs the same work with no view and with the

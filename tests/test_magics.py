@@ -94,3 +94,20 @@ def test_line_magic_and_usage_errors(kernel):
     # IPython reports usage errors on stderr, without a traceback
     assert "UsageError: %span needs a statement" in run(kernel, "%span no-separator")["stderr"]
     assert "UsageError: %%span needs at least one tag" in run(kernel, "%%span\nx = 1")["stderr"]
+
+
+def test_cell_magic_labels_a_dask_compute(kernel):
+    pytest.importorskip("dask.array")
+    run(kernel, SETUP)
+    r = run(
+        kernel,
+        "%%span dask-cell\nimport dask.array as da\n"
+        "print(da.ones((100, 100), chunks=50).sum().compute(scheduler=client))",
+    )
+    assert r["status"] == "ok" and r["stdout"].strip() == "10000.0"
+    r = run(
+        kernel,
+        "spans = client.cluster.scheduler.extensions['spans'].spans_search_by_name\n"
+        "print(sorted({g.name.split('-')[0] for s in spans[('dask-cell',)] for g in s.groups}))",
+    )
+    assert "'sum'" in r["stdout"]  # ones_like is fused into the sum's chunks

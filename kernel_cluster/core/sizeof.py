@@ -36,6 +36,9 @@ def sizeof(obj: Any) -> int:
                 return nbytes + _items_size(obj.ravel().tolist())
             return nbytes
     if module.startswith("pandas"):
+        size = _pandas_size(obj)
+        if size is not None:
+            return size
         usage = getattr(obj, "memory_usage", None)
         if usage is not None:
             try:
@@ -64,3 +67,34 @@ def _items_size(items: Any) -> int:
             break
         sample.append(sizeof(x))
     return int(sum(sample) / len(sample) * n)
+
+
+def _pandas_size(obj: Any) -> int | None:
+    """A Series' or DataFrame's bytes from its column arrays, in microseconds.
+
+    ``DataFrame.memory_usage`` builds a Series on every call (about 0.35 ms, longer
+    than many tasks of a dataframe graph); the arrays' own ``nbytes`` are at hand.
+    Python objects in object columns are estimated from a sample. None when ``obj``
+    is another pandas object, or pandas' internals are not the ones read here.
+    """
+    try:
+        arrays = obj._mgr.arrays if obj.ndim == 2 else [obj.array]
+        index = obj.index
+        total = _column_size(index) if getattr(index, "nlevels", 1) == 1 else index.nbytes
+        for array in arrays:
+            total += _column_size(array)
+    except (AttributeError, TypeError):
+        return None
+    return int(total)
+
+
+def _column_size(array: Any) -> int:
+    """``nbytes`` of a column (a numpy block, an extension array or an index), plus
+    the Python objects a numpy object array points to (extension arrays, such as
+    strings and categoricals, count their own data in ``nbytes``)."""
+    nbytes = int(array.nbytes)
+    values = getattr(array, "_values", array)  # an index's array
+    if type(values).__module__ != "numpy" or values.dtype.kind != "O" or not values.size:
+        return nbytes
+    sample = [sys.getsizeof(x) for x in values.ravel()[:_CONTAINER_SAMPLE]]
+    return nbytes + int(sum(sample) / len(sample) * values.size)

@@ -35,6 +35,11 @@ from kernel_cluster.core.spec import (
         ("<foo.bar.MyClass object at 0x7f00aa>", "MyClass"),
         (None, "Other"),
         ((), "Other"),
+        ("x-abcdefab", "x"),
+        # eight letters starting with a-f end a name, as in dask's key_split
+        ("sum-aggregate-finalize-hlgfinalizecompute-cce864f07f0f418892e5", "sum-aggregate"),
+        (("random_sample-06565e0063d197f264bf50d14b112fdb", 0, 0), "random_sample"),
+        ("hello-world-greeting-1", "hello-world-greeting"),
     ],
 )
 def test_key_split(key, prefix):
@@ -143,3 +148,27 @@ def test_sizeof_is_fair_for_common_values():
     big = list(range(100_000))
     assert 800_000 < sizeof(big) < 8_000_000
     assert sizeof({"a": np.zeros(100)}) > 800
+
+
+def test_sizeof_pandas_reads_the_column_arrays():
+    pd = pytest.importorskip("pandas")
+    np = pytest.importorskip("numpy")
+    n = 10_000
+    frame = pd.DataFrame(
+        {
+            "i": np.arange(n),
+            "f": np.ones(n),
+            "s": ["word"] * n,
+            "c": pd.Categorical(["a", "b"] * (n // 2)),
+        }
+    )
+    multi = frame.set_index(["i", "s"])
+    for obj in [frame, frame.f, frame.s, frame.groupby("c", observed=True).f.sum(), multi]:
+        assert sizeof(obj) == int(np.sum(obj.memory_usage(deep=True)))
+    # numpy object columns and indexes: their Python objects estimated from a sample
+    objects = pd.DataFrame(
+        {"o": np.array([f"text {i}" for i in range(n)], dtype=object)},
+        index=pd.Index([f"row {i}" for i in range(n)], dtype=object),
+    )
+    exact = int(objects.memory_usage(deep=True).sum())
+    assert 0.8 * exact < sizeof(objects) < 1.25 * exact
