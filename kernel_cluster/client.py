@@ -33,12 +33,15 @@ from .core.spec import (
     pack_results,
     parse_graph,
 )
+from .callback_runs import get_with_callbacks
+from .diagnostics.callbacks import active_callbacks
 from .diagnostics.engine_source import EngineSource
 from .diagnostics.source import set_default_source
 from .engine.cluster import KernelCluster
 from .engine.comm import SerializationError
 from .engine.execute import unpack_exception
 from .engine.plugins import check_plugin
+from .engine.pool import in_task_thread
 from .futures import (
     FAILED,
     Future,
@@ -318,6 +321,9 @@ class Client:
                 )
         wanted = list(dict.fromkeys(flat))
         order = graph_order(specs, wanted)
+        callbacks = active_callbacks()
+        if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)
+            return get_with_callbacks(self, dsk, specs, keys, wanted, order, callbacks)
         deps = {k: s.dependencies for k, s in specs.items()}
         payloads: dict = (
             {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
