@@ -17,6 +17,30 @@ from .jupyter.notebook import progress
 
 __version__ = "0.1.0"
 
+# the local diagnostics (issue 21), imported on first use
+_LAZY = {
+    "Callback": "kernel_cluster.diagnostics.callbacks",
+    "CacheProfiler": "kernel_cluster.diagnostics.local_profilers",
+    "Profiler": "kernel_cluster.diagnostics.local_profilers",
+    "ProgressBar": "kernel_cluster.diagnostics.progress_bar",
+    "ResourceProfiler": "kernel_cluster.diagnostics.local_profilers",
+    "get_sync": "kernel_cluster.local",
+    "sizeof": "kernel_cluster.core.sizeof",
+    # (i21-visualize's module; left out of __all__ until it is merged)
+    "visualize": "kernel_cluster.diagnostics.local_plots",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 def load_ipython_extension(ip) -> None:
     """``%load_ext kernel_cluster``: the ``%%span`` / ``%span`` magics."""
@@ -36,6 +60,8 @@ _register_lab()
 
 
 __all__ = [
+    "CacheProfiler",
+    "Callback",
     "CancelledError",
     "Client",
     "Future",
@@ -43,6 +69,9 @@ __all__ = [
     "KernelCluster",
     "KilledWorker",
     "MemorySampler",
+    "Profiler",
+    "ProgressBar",
+    "ResourceProfiler",
     "SchedulerPlugin",
     "WorkerConfig",
     "__version__",
@@ -50,9 +79,11 @@ __all__ = [
     "context_meter",
     "get_annotations",
     "get_client",
+    "get_sync",
     "performance_report",
     "progress",
     "show",
+    "sizeof",
     "span",
     "wait",
 ]
