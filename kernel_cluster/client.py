@@ -18,6 +18,7 @@ from typing import Any
 import cloudpickle
 
 from .call_keys import funcname, function_token, tokenize
+from .callback_runs import get_with_callbacks
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
     ClientCancelledKeys,
@@ -33,7 +34,6 @@ from .core.spec import (
     pack_results,
     parse_graph,
 )
-from .callback_runs import get_with_callbacks
 from .diagnostics.callbacks import active_callbacks
 from .diagnostics.engine_source import EngineSource
 from .diagnostics.source import set_default_source

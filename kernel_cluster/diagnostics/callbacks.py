@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, NamedTuple
+
+from ..core.keys import Key
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +210,7 @@ class CallbackRun:
         self,
         callbacks: Iterable[Callback],
         dsk: Any,
-        dependencies: Mapping[Hashable, Iterable[Hashable]],
+        dependencies: Mapping[Key, Iterable[Key]],
         *,
         client: Any = None,
         num_workers: int = 1,
@@ -221,7 +223,7 @@ class CallbackRun:
         }
         self.callbacks = tuple(callbacks)
         deps = {k: set(v) for k, v in dependencies.items()}
-        dependents: dict[Hashable, set[Hashable]] = {k: set() for k in deps}
+        dependents: dict[Key, set[Key]] = {k: set() for k in deps}
         for k, ds in deps.items():
             for d in ds:
                 if d in dependents:

@@ -12,20 +12,19 @@ on every worker with ``client.run``). Nothing of this runs without such a profil
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..core.keys import Key
 from ..core.spec import Call, TaskSpec
 
 __all__ = ["measured", "take", "wrap"]
 
-_kept: dict[str, dict[Hashable, tuple[float, ...] | None]] = {}
+_kept: dict[str, dict[Key, tuple[float, ...] | None]] = {}
 _lock = threading.Lock()
 
 
-def measured(
-    token: str, key: Hashable, fns: tuple[Callable[[Any], Any], ...], value: Any
-) -> Any:
+def measured(token: str, key: Key, fns: tuple[Callable[[Any], Any], ...], value: Any) -> Any:
     """``value``, after keeping ``fn(value)`` for each metric (None if one raised)."""
     out: tuple[float, ...] | None
     try:
@@ -37,15 +36,15 @@ def measured(
     return value
 
 
-def take(token: str) -> dict[Hashable, tuple[float, ...] | None]:
+def take(token: str) -> dict[Key, tuple[float, ...] | None]:
     """The metrics kept for ``token`` in this process, forgotten here."""
     with _lock:
         return _kept.pop(token, {})
 
 
 def wrap(
-    specs: Mapping[Hashable, TaskSpec], token: str, fns: tuple[Callable[[Any], Any], ...]
-) -> dict[Hashable, TaskSpec]:
+    specs: Mapping[Key, TaskSpec], token: str, fns: tuple[Callable[[Any], Any], ...]
+) -> dict[Key, TaskSpec]:
     """The tasks, each passing its value through ``measured``."""
     return {
         k: TaskSpec(Call(measured, (token, k, fns, s.expr)), s.dependencies)

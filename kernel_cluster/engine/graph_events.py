@@ -29,7 +29,9 @@ class GraphEvents(SchedulerPlugin):
     """Events of the tasks in ``keys``; with ``read_values`` (embedded workers only)
     the value each task made, read from its worker's memory as it is stored."""
 
-    transitions: ClassVar = _RUN | _BACK | _FREE | {("processing", "memory"), ("processing", "erred")}
+    transitions: ClassVar = (
+        _RUN | _BACK | _FREE | {("processing", "memory"), ("processing", "erred")}
+    )
 
     def __init__(self, keys: Any, read_values: bool, clock: Any) -> None:
         self.keys = keys
