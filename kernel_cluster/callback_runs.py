@@ -107,18 +107,21 @@ def get_with_callbacks(
         errored = False
         return result
     finally:
+        # each step whatever the one before did (a second Ctrl-C included): finish last
         try:
             if registered and client.cluster.status == "running":
                 loop.run(scheduler.unregister_plugin, token)
         except (KeyError, RuntimeError, TimeoutError):
             pass
-        if submitted:
-            client._release_keys(wanted)
-            del states
-        _drain(run, events, processes)
-        if fns:
-            run.state["value_metrics"] = _collect_metrics(client, token, fns)
-        run.finish(errored)
+        finally:
+            try:
+                if submitted:
+                    client._release_keys(wanted)
+                    del states
+                if fns:
+                    run.state["value_metrics"] = _collect_metrics(client, token, fns)
+            finally:
+                run.finish(errored)
 
 
 def _drain(run: CallbackRun, events: Any, processes: bool) -> None:

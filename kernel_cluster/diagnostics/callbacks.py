@@ -266,11 +266,12 @@ class CallbackRun:
             try:
                 fn(*args)
             except Exception:
-                logger.exception(
+                logger.warning(
                     "The %s hook of %r raised; it is not called again during this "
                     "computation (the computation goes on)",
                     name,
                     cb,
+                    exc_info=True,
                 )
                 hooks.remove(pair)
 
