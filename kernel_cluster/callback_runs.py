@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .core.keys import Key
-from .core.scheduler_messages import GraphSubmitted
 from .core.spec import TaskSpec, pack_results
 from .diagnostics import value_metrics
 from .diagnostics.callbacks import Callback, CallbackRun, RemoteValue
 from .engine.graph_events import ERRED, FREED, POST, PRE, RETRY, GraphEvents
 from .futures import _cancelled
-from .graph_packing import dumps_task, placement
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +51,16 @@ def get_with_callbacks(
     specs: dict[Key, TaskSpec],
     keys: Any,
     wanted: list[Key],
-    order: dict[Key, int],
+    graph: Any,
     callbacks: tuple[Callback, ...],
 ) -> Any:
-    """``client.get(dsk, keys)`` driving ``callbacks`` (see the module's docstring)."""
+    """``client.get(dsk, keys)`` driving ``callbacks`` (see the module's docstring).
+
+    ``graph``: the client's conversion of a dask graph, or None for a dict graph;
+    the hooks are shown a dask expression's graph (a mapping), not the expression.
+    """
+    if not isinstance(dsk, Mapping) and hasattr(dsk, "__dask_graph__"):
+        dsk = dsk.__dask_graph__()
     scheduler = client._scheduler
     loop = client._loop
     processes = client._pickle_tasks
@@ -81,10 +85,8 @@ def get_with_callbacks(
             loop.run(scheduler.register_plugin, plugin, token)
             registered = True
         sent: dict[Key, TaskSpec] = value_metrics.wrap(specs, token, fns) if fns else specs
-        payloads: dict = {k: dumps_task(k, s) for k, s in sent.items()} if processes else sent
         with client._lock:
-            ann = placement(None, False, client.code_frames)
-            seq = client._enqueue(GraphSubmitted(client.id, payloads, deps, wanted, order, ann))
+            seq = client._submit_graph(sent, wanted, graph)
             states = client._futures.want(wanted, seq)
             submitted = True
         latch = client._futures.latch(states, True, lambda: events.put(_DONE))

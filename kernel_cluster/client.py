@@ -17,6 +17,7 @@ from typing import Any
 
 import cloudpickle
 
+from . import dask_graphs
 from .call_keys import funcname, function_token, tokenize
 from .callback_runs import get_with_callbacks
 from .core.keys import Key, validate_key
@@ -34,6 +35,7 @@ from .core.spec import (
     pack_results,
     parse_graph,
 )
+from .dask_graphs import DaskGraph, is_dask_graph
 from .diagnostics.callbacks import active_callbacks
 from .diagnostics.engine_source import EngineSource
 from .diagnostics.source import set_default_source
@@ -304,33 +306,33 @@ class Client:
             seq = self._enqueue(event)
             return [self._future(k, seq) for k in out_keys]
 
-    def get(self, dsk: dict, keys: Any, **kwargs: Any) -> Any:
-        """Compute ``keys`` (one key or a nested list of keys) of a dict graph."""
+    def get(self, dsk: Any, keys: Any, **kwargs: Any) -> Any:
+        """Compute ``keys`` (one key or a nested list of keys) of a dict graph.
+
+        ``dsk`` may also be what dask hands a scheduler (an expression, or a dict of
+        dask's task objects): ``dask.compute(x, scheduler=client.get)`` runs here."""
         self._check_running()
-        specs = parse_graph(dsk)
+        if is_dask_graph(dsk):
+            graph = dask_graphs.convert(dsk, self)
+            specs: dict[Key, TaskSpec] = graph.specs
+            defines = lambda k: graph.defines(k) or self._holds(k)  # noqa: E731
+        else:
+            graph = None
+            specs = parse_graph(dsk)
+            defines = functools.partial(_defines, specs)
         flat = flatten_keys(keys)
         for k in flat:
-            try:
-                present = k in specs
-            except TypeError:
-                present = False
-            if not present:
+            if not defines(k):
                 raise MissingKeyError(
                     f"Key {k!r} is not in the graph; it defines {len(specs)} keys "
                     f"such as {list(specs)[:3]!r}."
                 )
         wanted = list(dict.fromkeys(flat))
-        order = graph_order(specs, wanted)
         callbacks = active_callbacks()
         if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)
-            return get_with_callbacks(self, dsk, specs, keys, wanted, order, callbacks)
-        deps = {k: s.dependencies for k, s in specs.items()}
-        payloads: dict = (
-            {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
-        )
+            return get_with_callbacks(self, dsk, specs, keys, wanted, graph, callbacks)
         with self._lock:
-            ann = placement(None, False, self.code_frames)
-            seq = self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, ann))
+            seq = self._submit_graph(specs, wanted, graph)
             states = self._futures.want(wanted, seq)
         try:
             self._wait_all(states, fail_fast=True)
@@ -345,6 +347,78 @@ class Client:
             del states
             self._release_keys(wanted)
         return pack_results(keys, data)
+
+    def _submit_graph(
+        self, specs: dict[Key, TaskSpec], wanted: list[Key], graph: DaskGraph | None = None
+    ) -> int:
+        """Send a parsed graph to the scheduler (lock held); returns the event's number."""
+        order = graph_order(specs, wanted)
+        ann = placement(None, False, self.code_frames)
+        if graph is not None:
+            if graph.priority:
+                order = dask_graphs.prioritized(order, graph.priority)
+            if graph.annotations:
+                ann = {**(ann or {}), "tasks": graph.annotations}
+            if graph.ignored:
+                dask_graphs.warn_ignored(graph.ignored)
+        deps = {k: s.dependencies for k, s in specs.items()}
+        payloads: dict = (
+            {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
+        )
+        return self._enqueue(GraphSubmitted(self.id, payloads, deps, wanted, order, ann))
+
+    def _holds(self, key: Key) -> bool:
+        """Whether a future of this client holds ``key`` (its value is or will be on
+        the cluster): a graph may read it without defining it."""
+        with self._lock:
+            return self._futures.refcount.get(key, 0) > 0
+
+    # -- dask collections -------------------------------------------------------------
+
+    # dask.compute(x, scheduler=client) takes an object named like a Client with a
+    # ``get`` as a scheduler, if it is not asynchronous: this one never is
+    asynchronous = False
+
+    def compute(self, collections: Any, optimize_graph: bool = True, **kwargs: Any) -> Any:
+        """Start computing a dask collection (or a list of them); a Future of its final
+        value each (what ``dask.compute`` would return for it)."""
+        self._check_running()
+        if isinstance(collections, (list, tuple)):
+            return [self.compute(c, optimize_graph, **kwargs) for c in collections]
+        if not dask_graphs.is_collection(collections):
+            raise TypeError(
+                f"compute() takes dask collections, got {type(collections).__name__}; "
+                "use submit() for a function call."
+            )
+        expr, key = dask_graphs.collection_graph(collections, optimize_graph)
+        graph = dask_graphs.convert(expr, self)
+        with self._lock:
+            seq = self._submit_graph(graph.specs, [key], graph)
+            return self._future(key, seq)
+
+    def persist(self, collections: Any, optimize_graph: bool = True, **kwargs: Any) -> Any:
+        """Start computing a dask collection (or a list of them) and return the same
+        kind of collection, made of futures: computing it later reuses them."""
+        self._check_running()
+        many = isinstance(collections, (list, tuple))
+        colls = list(collections) if many else [collections]
+        for c in colls:
+            if not dask_graphs.is_collection(c):
+                raise TypeError(
+                    f"persist() takes dask collections, got {type(c).__name__}; "
+                    "use submit() for a function call."
+                )
+        expr, keys = dask_graphs.persist_graph(colls, optimize_graph)
+        graph = dask_graphs.convert(expr, self)
+        wanted = list(dict.fromkeys(k for ks in keys for k in ks))
+        with self._lock:
+            seq = self._submit_graph(graph.specs, wanted, graph)
+            futures = {k: self._future(k, seq) for k in wanted}
+        out = []
+        for c, ks in zip(colls, keys):
+            rebuild, state = c.__dask_postpersist__()
+            out.append(rebuild({k: futures[k] for k in ks}, *state))
+        return out if many else out[0]
 
     # -- collecting results -----------------------------------------------------------
 
@@ -607,6 +681,13 @@ class Client:
     def __repr__(self) -> str:
         info = self.cluster
         return f"<Client {self.id} {self.status}, cluster={info!r}>"
+
+
+def _defines(specs: dict[Key, TaskSpec], key: Any) -> bool:
+    try:
+        return key in specs
+    except TypeError:  # an unhashable "key"
+        return False
 
 
 class _PickledResult:

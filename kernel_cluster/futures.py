@@ -114,6 +114,13 @@ class Future:
 
     __slots__ = ("__weakref__", "_state", "client", "key")
 
+    # dask's protocol for other schedulers' futures: in a dask graph or a delayed call
+    # a future stands for its key's value, as distributed's do
+    __dask_future__ = True
+
+    def __dask_tokenize__(self) -> tuple[str, Key]:
+        return ("kernel_cluster.Future", self.key)
+
     def __init__(self, key: Key, client: FutureOwner, state: FutureState):
         self.key = key
         self.client = client

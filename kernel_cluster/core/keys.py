@@ -13,7 +13,6 @@ from typing import Any, TypeAlias
 
 Key: TypeAlias = str | tuple[Any, ...]
 
-_HEX8 = re.compile(r"^[0-9a-f]{8}$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _OBJECT_REPR = re.compile(r"^<(?:[\w.]*\.)?(\w+) object at 0x[0-9a-f]+>$")
 
@@ -45,9 +44,16 @@ def _split_str(key: str) -> str:
     # "name-<token>" and "name-<index>" are by far the most common keys: whatever the
     # last word is, if it is not a name part the answer is the (cached) one for the rest
     head, sep, tail = key.rpartition("-")
-    if sep and head and not (tail.isalpha() and not (len(tail) == 8 and _HEX8.match(tail))):
+    if sep and head and not (tail.isalpha() and not _token_like(tail)):
         return _split_cached(head)
     return _split_words(key)
+
+
+def _token_like(word: str) -> bool:
+    """Whether an alphabetic word ends a name as a token would: eight letters starting
+    with a-f. dask's rule too (``finalize`` in ``sum-aggregate-finalize-<token>``), so
+    prefixes of dask's keys here are the ones dask's own diagnostics show."""
+    return len(word) == 8 and word[0] in "abcdef"
 
 
 def _split_words(key: str) -> str:
@@ -67,7 +73,7 @@ def _split_words(key: str) -> str:
     else:
         parts = [first]
         for word in words[1:]:
-            if word.isalpha() and not (len(word) == 8 and _HEX8.match(word)):
+            if word.isalpha() and not _token_like(word):
                 parts.append(word)
             else:
                 break

@@ -173,6 +173,7 @@ class SchedulerState:
         restrictions = ann.get("workers")
         loose = bool(ann.get("allow_other_workers", False))
         order = ev.order or {}
+        per_task = ann.get("tasks")  # {key: annotations} of some tasks (dask.annotate)
         tasks = self.tasks
         new: list[TaskState] = []
         for key, spec in ev.specs.items():
@@ -187,6 +188,8 @@ class SchedulerState:
                     ts.loose_restrictions = loose
                 if ann.get("extra"):
                     ts.annotations = dict(ann["extra"])
+                if per_task is not None and key in per_task:
+                    self._annotate(ts, per_task[key])
                 new.append(ts)
             elif ts.state == "released" and ts.spec is None:
                 ts.spec = spec
@@ -218,6 +221,18 @@ class SchedulerState:
         for ts in new:
             if ts.state == "released" and not ts.who_wants and not ts.dependents:
                 self._forget(ts)
+
+    @staticmethod
+    def _annotate(ts: TaskState, own: dict[str, Any]) -> None:
+        """One task's own annotations: where it may run (over the submission's), and
+        the rest kept on the task (``retries``...)."""
+        workers = own.get("workers")
+        if workers:
+            ts.worker_restrictions = frozenset(workers)
+            ts.loose_restrictions = bool(own.get("allow_other_workers", False))
+        rest = {k: v for k, v in own.items() if k not in ("workers", "allow_other_workers")}
+        if rest:
+            ts.annotations = {**(ts.annotations or {}), **rest}
 
     def _new_task(
         self, key: Key, spec: Any, span_id: str | None, priority: tuple[Any, ...]

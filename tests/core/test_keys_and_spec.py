@@ -35,6 +35,11 @@ from kernel_cluster.core.spec import (
         ("<foo.bar.MyClass object at 0x7f00aa>", "MyClass"),
         (None, "Other"),
         ((), "Other"),
+        ("x-abcdefab", "x"),
+        # eight letters starting with a-f end a name, as in dask's key_split
+        ("sum-aggregate-finalize-hlgfinalizecompute-cce864f07f0f418892e5", "sum-aggregate"),
+        (("random_sample-06565e0063d197f264bf50d14b112fdb", 0, 0), "random_sample"),
+        ("hello-world-greeting-1", "hello-world-greeting"),
     ],
 )
 def test_key_split(key, prefix):

@@ -291,6 +291,20 @@ def test_worker_restrictions_strict_and_loose():
     assert computes(out)["z"].worker in ("w1", "w2", "w9")
 
 
+def test_per_task_annotations_restrict_only_their_tasks():
+    # dask.annotate(workers=...) around part of a graph: one submission, some tasks bound
+    s = Sched(("w1", 4), ("w2", 4))
+    tasks = {"a": {"workers": ("w2",)}, "b": {"workers": ("w9",), "allow_other_workers": True}}
+    tasks["c"] = {"retries": 2}
+    out = s.submit({"a": (), "b": (), "c": (), "d": ()}, ["a", "b", "c", "d"], tasks=tasks)
+    assert computes(out)["a"].worker == "w2"
+    assert s.s.tasks["b"].worker_restrictions == {"w9"} and s.s.tasks["b"].loose_restrictions
+    assert s.s.tasks["c"].worker_restrictions is None and s.s.tasks["c"].annotations == {
+        "retries": 2
+    }
+    assert set(computes(out)) == {"a", "b", "c", "d"}
+
+
 def test_worker_death_reschedules_processing_and_recomputes_lost_data():
     s = Sched(("w1", 1), ("w2", 1))
     s.submit({"a": ()}, ["a"], workers=("w1",), allow_other_workers=True)

@@ -1,0 +1,194 @@
+"""dask collections computed on this engine give what dask's own scheduler gives.
+
+Each test runs embedded and with worker processes (the ``client`` fixture), and
+compares with ``scheduler="sync"``.
+"""
+
+from __future__ import annotations
+
+import operator
+import subprocess
+import sys
+
+import pytest
+
+dask = pytest.importorskip("dask")
+da = pytest.importorskip("dask.array")
+db = pytest.importorskip("dask.bag")
+dd = pytest.importorskip("dask.dataframe")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from dask._task_spec import Task, TaskRef  # noqa: E402
+from dask.utils import key_split as dask_key_split  # noqa: E402
+
+from kernel_cluster import span  # noqa: E402
+from kernel_cluster.core.spec import GraphError  # noqa: E402
+from kernel_cluster.futures import Future  # noqa: E402
+from tests.engine.helpers import wait_for  # noqa: E402
+
+
+class WordCountError(Exception):
+    pass
+
+
+def words(line):
+    return line.split()
+
+
+def clean(text):
+    return text.strip().lower()
+
+
+def count(items):
+    return len(items)
+
+
+def total(*xs):
+    return sum(xs)
+
+
+def boom(x):
+    raise WordCountError(f"no words in {x!r}")
+
+
+def frame():
+    rng = np.random.default_rng(0)
+    n = 2000
+    return pd.DataFrame(
+        {"k": rng.integers(0, 13, n), "v": rng.random(n), "w": rng.integers(0, 100, n)}
+    )
+
+
+def test_qr_of_a_tall_and_skinny_array(client):
+    a = da.random.random((200_000, 100), chunks=(10_000, 100))
+    q, r = da.linalg.qr(a)
+    error = abs(q @ r - a).max()
+    ours_r, ours_error = dask.compute(r, error, scheduler=client.get)
+    assert ours_error < 1e-8
+    np.testing.assert_allclose(ours_r, r.compute(scheduler="sync"), rtol=1e-10, atol=1e-10)
+
+
+def test_dataframe_groupby_aggregate(client):
+    df = dd.from_pandas(frame(), npartitions=5)
+    agg = df.groupby("k").agg({"v": ["sum", "mean"], "w": "max"})
+    pd.testing.assert_frame_equal(agg.compute(scheduler=client), agg.compute(scheduler="sync"))
+    by_k = df.groupby("k").v.sum()
+    (ours,) = dask.compute(by_k, scheduler=client.get)
+    pd.testing.assert_series_equal(ours, by_k.compute(scheduler="sync"))
+
+
+def test_bag_word_count(client):
+    lines = ["the cat sat", "The dog sat", " a cat and a dog "] * 7
+    bag = db.from_sequence(lines, npartitions=4).map(clean).map(words).flatten()
+    counts = bag.frequencies(sort=True)
+    assert counts.compute(scheduler=client) == counts.compute(scheduler="sync")
+    assert dict(counts.compute(scheduler=client))["cat"] == 14
+
+
+def test_delayed_pipeline(client):
+    parts = [dask.delayed(words)(line) for line in ["a b", "c d e", "f"]]
+    sizes = [dask.delayed(count)(p) for p in parts]
+    result = dask.delayed(total)(*sizes)
+    assert dask.compute(result, scheduler=client.get) == (6,)
+    assert result.compute(scheduler=client) == result.compute(scheduler="sync") == 6
+
+
+def test_config_set_compute_and_persist(client):
+    x = da.arange(1000, chunks=100)
+    y = (x * 2).sum()
+    with dask.config.set(scheduler=client):
+        assert y.compute() == 999_000
+    future = client.compute(y)
+    assert isinstance(future, Future) and future.result() == 999_000
+    a, b = client.compute([x.sum(), x.max()])
+    assert (a.result(), b.result()) == (499_500, 999)
+    # compute applies the collection's postcompute: a whole array, a pandas frame
+    np.testing.assert_array_equal(client.compute(x).result(), np.arange(1000))
+    df = dd.from_pandas(frame(), npartitions=3)
+    pd.testing.assert_frame_equal(client.compute(df).result(), frame())
+
+    persisted = client.persist(x + 1)
+    assert type(persisted) is type(x) and persisted.chunks == x.chunks
+    held = [v for v in persisted.__dask_graph__().values() if isinstance(v, Future)]
+    assert len(held) == 10
+    assert (persisted.sum().compute(scheduler=client)) == 500_500
+    assert dask.persist(x, scheduler=client)[0].sum().compute(scheduler=client) == 499_500
+    p1, p2 = client.persist([x, x + 1])
+    assert p1.max().compute(scheduler=client) == 999
+    assert (p2 - p1).sum().compute(scheduler=client) == 1000
+    (p3,) = client.persist([df])
+    pd.testing.assert_frame_equal(p3.compute(scheduler=client), frame())
+    # a future handed to a delayed call is its value there
+    f = client.compute(x.sum())
+    assert dask.delayed(operator.add)(f, 1).compute(scheduler=client) == 499_501
+    del f, future, a, b, persisted, held, p1, p2, p3
+
+
+def test_prefixes_are_dasks_in_fine_metrics_and_the_task_stream(client):
+    x = da.random.random((400, 400), chunks=(100, 100))
+    expr = (x @ x.T).sum()
+    with client.get_task_stream() as ts, span("dask-matmul"):
+        expr.compute(scheduler=client, optimize_graph=False)
+    stream_prefixes = {r["prefix"] for r in ts.data}
+    expected = {dask_key_split(r["key"]) for r in ts.data}
+    assert stream_prefixes == expected
+    assert {"random_sample", "matmul", "sum-aggregate"} <= stream_prefixes
+
+    def functions():
+        metrics = client.fine_metrics(span="dask-matmul")
+        return set(metrics.function)
+
+    wait_for(lambda: {"random_sample", "matmul"} <= functions(), what="the span's metrics")
+    spans = client.spans().to_pandas().set_index("name")
+    assert spans.loc["dask-matmul", "tasks"] == len(ts.data)
+
+
+def test_error_inside_a_dask_graph_is_the_original_exception(client):
+    bag = db.from_sequence(["a", "b"], npartitions=2).map(boom)
+    with pytest.raises(WordCountError, match="no words in"):
+        bag.compute(scheduler=client)
+    with pytest.raises(WordCountError):
+        client.compute(dask.delayed(boom)("x")).result()
+
+
+def test_missing_dependency_is_named(client):
+    dsk = {"b": Task("b", count, TaskRef("a")), "c": Task("c", count, TaskRef("b"))}
+    with pytest.raises(GraphError, match="'b' needs key 'a'") as info:
+        client.get(dsk, "c")
+    assert info.value.keys == ("b", "a")
+
+
+def test_dask_task_dict_and_legacy_tuples_mix(client):
+    dsk = {
+        ("x", 0): 1,
+        ("x", 1): (operator.add, ("x", 0), 10),
+        "y": Task("y", total, TaskRef(("x", 0)), TaskRef(("x", 1))),
+    }
+    assert client.get(dsk, ["y", ("x", 1)]) == [12, 11]
+
+
+def test_annotations_workers_and_ignored_ones(client, cluster):
+    workers = sorted(client.scheduler_info()["workers"])
+    with dask.annotate(workers=[workers[1]]):
+        parts = [dask.delayed(count)([i] * i) for i in range(8)]
+    result = dask.delayed(total)(*parts)
+    with client.get_task_stream() as ts:
+        assert result.compute(scheduler=client, optimize_graph=False) == sum(range(8))
+    ran = {r["key"]: r["worker"] for r in ts.data}
+    assert {ran[p.key] for p in parts} == {workers[1]}
+    with dask.annotate(retries=2), pytest.warns(UserWarning, match="'retries'"):
+        dask.delayed(count)([1]).compute(scheduler=client)
+
+
+def test_the_engine_never_imports_dask_itself():
+    code = (
+        "import sys\n"
+        "from operator import add\n"
+        "from kernel_cluster import Client\n"
+        "with Client() as c:\n"
+        "    assert c.get({'a': (add, 1, 2), 'b': (add, 'a', 1)}, 'b') == 4\n"
+        "    assert c.submit(add, 1, 2).result() == 3\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
