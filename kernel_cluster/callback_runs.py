@@ -19,6 +19,7 @@ where the values live (``diagnostics.value_metrics``) and handed over in
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -45,6 +46,81 @@ def remote_metric_functions(callbacks: tuple[Callback, ...]) -> tuple[Callable[[
     return tuple(fns)
 
 
+class _EngineRun:
+    """One computation's callbacks on the engine: the plugin, the run, the cleanup."""
+
+    def __init__(
+        self, client: Any, dsk: Any, specs: dict[Key, TaskSpec], callbacks: tuple[Callback, ...]
+    ) -> None:
+        if not isinstance(dsk, Mapping) and hasattr(dsk, "__dask_graph__"):
+            dsk = dsk.__dask_graph__()  # the hooks index it by key
+        self.client = client
+        scheduler = client._scheduler
+        self.processes = processes = client._pickle_tasks
+        deps = {k: s.dependencies for k, s in specs.items()}
+        self.run = run = CallbackRun(
+            callbacks, dsk, deps, client=client, num_workers=scheduler.state.total_nthreads
+        )
+        self.fns = remote_metric_functions(callbacks) if processes else ()
+        self.token = f"callbacks-{uuid.uuid4().hex}"
+        self.plugin = GraphEvents(
+            frozenset(specs), run.uses_results and not processes, scheduler.clock
+        )
+        self.events = self.plugin.events
+        self.registered = False
+
+    def begin(self, specs: dict[Key, TaskSpec]) -> dict[Key, TaskSpec]:
+        """Call the start hooks and listen to the scheduler; returns the specs to send."""
+        self.run.start()
+        if self.run.wants_tasks:
+            client = self.client
+            client._loop.run(client._scheduler.register_plugin, self.plugin, self.token)
+            self.registered = True
+        return value_metrics.wrap(specs, self.token, self.fns) if self.fns else specs
+
+    def pump(self) -> None:
+        """Call the hooks for the events as they come, until ``_DONE``."""
+        events, run, processes = self.events, self.run, self.processes
+        while True:
+            item = events.get()
+            if item is _DONE:
+                return
+            _dispatch(run, item, processes)
+
+    def drain(self) -> None:
+        _drain(self.run, self.events, self.processes)
+
+    def stop_listening(self) -> None:
+        client = self.client
+        try:
+            if self.registered and client.cluster.status == "running":
+                self.registered = False
+                client._loop.run(client._scheduler.unregister_plugin, self.token)
+        except (KeyError, RuntimeError, TimeoutError):
+            pass
+
+    def end(self, errored: bool) -> None:
+        """Collect the value metrics, then the finish hooks (whatever happens before)."""
+        try:
+            if self.fns:
+                self.run.state["value_metrics"] = _collect_metrics(
+                    self.client, self.token, self.fns
+                )
+        finally:
+            self.run.finish(errored)
+
+    def follow(self, state: Any) -> None:
+        """``client.compute``'s run, on a thread of its own until its future is done."""
+        errored = True
+        try:
+            self.pump()
+            self.drain()
+            errored = state.status != "finished"
+        finally:
+            self.stop_listening()
+            self.end(errored)
+
+
 def get_with_callbacks(
     client: Any,
     dsk: Any,
@@ -59,32 +135,12 @@ def get_with_callbacks(
     ``graph``: the client's conversion of a dask graph, or None for a dict graph;
     the hooks are shown a dask expression's graph (a mapping), not the expression.
     """
-    if not isinstance(dsk, Mapping) and hasattr(dsk, "__dask_graph__"):
-        dsk = dsk.__dask_graph__()
-    scheduler = client._scheduler
-    loop = client._loop
-    processes = client._pickle_tasks
-    deps = {k: s.dependencies for k, s in specs.items()}
-    run = CallbackRun(
-        callbacks,
-        dsk,
-        deps,
-        client=client,
-        num_workers=scheduler.state.total_nthreads,
-    )
-    fns = remote_metric_functions(callbacks) if processes else ()
-    token = f"callbacks-{uuid.uuid4().hex}"
-    plugin = GraphEvents(frozenset(specs), run.uses_results and not processes, scheduler.clock)
-    events = plugin.events
-    registered = False
+    er = _EngineRun(client, dsk, specs, callbacks)
+    events = er.events
     submitted = False
     errored = True
     try:
-        run.start()
-        if run.wants_tasks:
-            loop.run(scheduler.register_plugin, plugin, token)
-            registered = True
-        sent: dict[Key, TaskSpec] = value_metrics.wrap(specs, token, fns) if fns else specs
+        sent = er.begin(specs)
         with client._lock:
             seq = client._submit_graph(sent, wanted, graph)
             states = client._futures.want(wanted, seq)
@@ -92,11 +148,7 @@ def get_with_callbacks(
         latch = client._futures.latch(states, True, lambda: events.put(_DONE))
         if latch is None:
             events.put(_DONE)
-        while True:
-            item = events.get()
-            if item is _DONE:
-                break
-            _dispatch(run, item, processes)
+        er.pump()
         for k, st in zip(wanted, states):
             if st.status == "error":
                 assert st.exception is not None
@@ -104,26 +156,49 @@ def get_with_callbacks(
             if st.status == "cancelled":
                 raise _cancelled(st, k)
         data = client._gather_keys(wanted)
-        _drain(run, events, processes)
+        er.drain()
         result = pack_results(keys, data)
         errored = False
         return result
     finally:
         # each step whatever the one before did (a second Ctrl-C included): finish last
         try:
-            if registered and client.cluster.status == "running":
-                loop.run(scheduler.unregister_plugin, token)
-        except (KeyError, RuntimeError, TimeoutError):
-            pass
+            er.stop_listening()
         finally:
             try:
                 if submitted:
                     client._release_keys(wanted)
                     del states
-                if fns:
-                    run.state["value_metrics"] = _collect_metrics(client, token, fns)
             finally:
-                run.finish(errored)
+                er.end(errored)
+
+
+def compute_with_callbacks(
+    client: Any,
+    dsk: Any,
+    specs: dict[Key, TaskSpec],
+    key: Key,
+    graph: Any,
+    callbacks: tuple[Callback, ...],
+) -> Any:
+    """``client.compute`` driving ``callbacks``: the start hooks here, the others on a
+    thread of its own ("callbacks-..."), which ends once the future is done (finish
+    then, with ``errored`` if it failed or was cancelled). Returns the future."""
+    er = _EngineRun(client, dsk, specs, callbacks)
+    try:
+        sent = er.begin(specs)
+        with client._lock:
+            seq = client._submit_graph(sent, [key], graph)
+            future = client._future(key, seq)
+    except BaseException:
+        er.stop_listening()
+        er.end(True)
+        raise
+    state = future._state  # not the future: the thread must not keep the key wanted
+    thread = threading.Thread(target=er.follow, args=(state,), name=er.token, daemon=True)
+    thread.start()
+    client._on_done(state, lambda: er.events.put(_DONE))
+    return future
 
 
 def _drain(run: CallbackRun, events: Any, processes: bool) -> None:

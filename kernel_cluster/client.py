@@ -19,7 +19,7 @@ import cloudpickle
 
 from . import dask_graphs
 from .call_keys import funcname, function_token, tokenize
-from .callback_runs import get_with_callbacks
+from .callback_runs import compute_with_callbacks, get_with_callbacks
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
     ClientCancelledKeys,
@@ -392,6 +392,9 @@ class Client:
             )
         expr, key = dask_graphs.collection_graph(collections, optimize_graph)
         graph = dask_graphs.convert(expr, self)
+        callbacks = active_callbacks()
+        if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)
+            return compute_with_callbacks(self, expr, graph.specs, key, graph, callbacks)
         with self._lock:
             seq = self._submit_graph(graph.specs, [key], graph)
             return self._future(key, seq)
