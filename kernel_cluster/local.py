@@ -12,19 +12,38 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
+from . import dask_graphs
 from .core.spec import evaluate, flatten_keys, graph_order, pack_results, parse_graph
+from .dask_graphs import is_dask_graph
 from .diagnostics.callbacks import CallbackRun, active_callbacks, task_scope
 
 __all__ = ["get_sync"]
 
 
-def get_sync(dsk: dict, keys: Any, **kwargs: Any) -> Any:
+class _NoClient:
+    """What converting a dask graph asks of a client, for a graph run here: no
+    future is held, and futures in the graph belong to no cluster of ours."""
+
+    cluster = None
+
+    def _holds(self, key: Any) -> bool:
+        return False
+
+
+def get_sync(dsk: Any, keys: Any, **kwargs: Any) -> Any:
     """Compute ``keys`` (one key or a nested list of keys) of the dict graph ``dsk``
-    in this thread. ``kwargs`` are accepted and ignored (Dask passes some to a
-    scheduler's ``get``)."""
-    specs = parse_graph(dsk)
+    in this thread; ``dsk`` may also be a dask collection's graph
+    (``dask.compute(x, scheduler=kernel_cluster.get_sync)``). ``kwargs`` are accepted
+    and ignored (dask passes some to a scheduler's ``get``)."""
+    if is_dask_graph(dsk):  # dask.compute(x, scheduler=get_sync)
+        specs = dask_graphs.convert(dsk, _NoClient()).specs
+        if not isinstance(dsk, Mapping):
+            dsk = dsk.__dask_graph__()  # what the hooks are shown
+    else:
+        specs = parse_graph(dsk)
     flat = flatten_keys(keys)
     for k in flat:
         try:

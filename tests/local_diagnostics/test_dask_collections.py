@@ -125,3 +125,16 @@ def test_qr_story_under_the_three_profilers(client, processes):
     assert len(freed_early) >= 20
     in_cache_at_end = sum(1 for r in cprof.results if r.cache_time <= end < r.free_time)
     assert in_cache_at_end < peak_count / 2
+
+
+def test_get_sync_runs_dask_collections_with_the_callbacks():
+    from kernel_cluster import get_sync
+
+    x = da.ones((100, 10), chunks=(10, 10))
+    cb = Keys()
+    with cb, Profiler() as prof:
+        (value,) = dask.compute((x + 1).sum(), scheduler=get_sync)
+    assert value == 2000
+    assert cb.errored is False and len(cb.post) >= 10
+    assert {r.worker_id for r in prof.results} == {0}  # one thread: this one
+    assert {r.key for r in prof.results} == set(cb.post)
