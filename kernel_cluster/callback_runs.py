@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -198,6 +199,9 @@ def compute_with_callbacks(
     thread = threading.Thread(target=er.follow, args=(state,), name=er.token, daemon=True)
     thread.start()
     client._on_done(state, lambda: er.events.put(_DONE))
+    # a future dropped before it is done gets no report (its key is released): its
+    # callbacks finish then, with errored=True, and the thread ends
+    weakref.finalize(future, er.events.put, _DONE)
     return future
 
 

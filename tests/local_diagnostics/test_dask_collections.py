@@ -138,3 +138,19 @@ def test_get_sync_runs_dask_collections_with_the_callbacks():
     assert cb.errored is False and len(cb.post) >= 10
     assert {r.worker_id for r in prof.results} == {0}  # one thread: this one
     assert {r.key for r in prof.results} == set(cb.post)
+
+
+def test_a_computation_whose_future_is_dropped_finishes_its_callbacks(client, new_event):
+    from tests.engine.helpers import blocked_until
+
+    event = new_event()
+    cb = Keys()
+    with cb:
+        future = client.compute(dask.delayed(blocked_until)(event, 1))
+    del future  # never waited for: the key is released
+    try:
+        assert cb.finished.wait(30), "finish never ran"
+        assert cb.errored is True
+    finally:
+        event.set()
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("callbacks-")])
