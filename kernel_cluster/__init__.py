@@ -10,6 +10,7 @@ from .engine.config import WorkerConfig
 from .engine.meter import context_meter
 from .engine.plugins import SchedulerPlugin
 from .futures import CancelledError, Future, as_completed, wait
+from .jupyter import progress_bar_view as _progress_bar_view  # noqa: F401  (ProgressBar)
 from .jupyter.lab import register as _register_lab
 from .jupyter.lab import show
 from .jupyter.memory import MemorySampler

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from ..diagnostics.progress_bar import set_notebook_display
 from ..diagnostics.source import Diagnosable, source_of
 
 __all__ = ["in_notebook", "progress", "source_of"]
@@ -35,32 +33,3 @@ def progress(client: Diagnosable | None = None, **kwargs: Any) -> Any:
     from ..diagnostics.progress_text import TextProgress
 
     return TextProgress(source, **kwargs).run()
-
-
-def _progress_bar_widget(client: Any) -> Callable[[], None] | None:
-    """``ProgressBar`` in a notebook: the client's ``Progress`` widget, shown now;
-    returns what ends its updates once the computation is done (None elsewhere)."""
-    if not in_notebook():
-        return None
-    try:
-        from IPython.display import display
-
-        from .widgets import Progress
-
-        widget = Progress(client)
-    except (ImportError, FileNotFoundError):  # no widget libraries or bundle: text
-        return None
-    display(widget)
-
-    def done() -> None:
-        try:
-            widget.update(force=True)
-        finally:
-            poller = getattr(widget, "_poller", None)
-            if poller is not None:
-                poller.stop()  # the views stay, showing the final state
-
-    return done
-
-
-set_notebook_display(_progress_bar_widget)

@@ -130,10 +130,10 @@ def test_in_a_notebook_the_widget_shows_instead(client, monkeypatch):
 
 
 def test_outside_a_notebook_the_jupyter_hook_shows_nothing(client):
-    from kernel_cluster.jupyter.notebook import _progress_bar_widget
+    from kernel_cluster.jupyter.progress_bar_view import progress_bar_widget
 
-    assert progress_bar._notebook_display is _progress_bar_widget
-    assert _progress_bar_widget(client) is None
+    assert progress_bar._notebook_display is progress_bar_widget
+    assert progress_bar_widget(client) is None
 
 
 def test_format_time():
