@@ -19,6 +19,7 @@ from . import dask_graphs
 from .core.spec import evaluate, flatten_keys, graph_order, pack_results, parse_graph
 from .dask_graphs import is_dask_graph
 from .diagnostics.callbacks import CallbackRun, active_callbacks, task_scope
+from .engine.pool import in_task_thread
 
 __all__ = ["get_sync"]
 
@@ -71,7 +72,8 @@ def get_sync(dsk: Any, keys: Any, **kwargs: Any) -> Any:
         stack.extend(specs[k].dependencies)
     run_keys = sorted(needed, key=order.__getitem__)
     deps = {k: specs[k].dependencies for k in run_keys}
-    callbacks = active_callbacks()
+    # none in a task (of get_sync, or of an engine's worker thread): nested
+    callbacks = () if in_task_thread() else active_callbacks()
     run = CallbackRun(callbacks, dsk, deps) if callbacks else None
     cache: dict[Any, Any] = {}
     waiters = {k: 0 for k in run_keys}  # tasks still to read each value

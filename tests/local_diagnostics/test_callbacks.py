@@ -305,3 +305,17 @@ def test_a_with_block_belongs_to_its_thread(client):
         t.join(30)
     assert done.is_set()
     assert rec.calls == []
+
+
+def test_get_sync_in_a_task_fires_no_callback_of_the_client(client):
+    """In a task thread (embedded) or a worker process, the inner computation is the
+    task's own business."""
+    rec, registered = Recorder(), Recorder()
+    registered.register()
+    try:
+        with rec:
+            assert client.get({"outer": (nested_sync, 1)}, "outer") == 2
+    finally:
+        registered.unregister()
+    for r in (rec, registered):
+        assert r.names("pretask") == ["outer"] and r.names("posttask") == ["outer"]
