@@ -202,7 +202,8 @@ class CacheProfiler(_Recorder):
     ``metric`` other than ``kernel_cluster.sizeof`` is computed in the worker as each
     task ends and collected when the computation ends (NaN for a value whose worker
     died first, or where the metric raised); ``sizeof`` uses the sizes the engine
-    measures anyway.
+    measures anyway. With embedded workers the metric runs here, on the value, as the
+    hook is called (NaN for a value spilled to disk by then: it is not read back).
     """
 
     def __init__(
