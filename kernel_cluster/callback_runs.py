@@ -215,9 +215,10 @@ def _drain(run: CallbackRun, events: Any, processes: bool) -> None:
 def _dispatch(run: CallbackRun, item: tuple[Any, ...], processes: bool) -> None:
     kind = item[0]
     if kind is POST:
-        _, key, worker, thread, t0, t1, nbytes, has_value, value = item
+        _, key, worker, thread, t0, t1, now, nbytes, has_value, value = item
         s = run.state
         s["task_times"][key] = (t0, t1)
+        s["stored_times"][key] = now
         s["nbytes"][key] = nbytes
         if not has_value and (processes or run.uses_results):
             value = RemoteValue(key, worker, nbytes)

@@ -96,6 +96,7 @@ def get_sync(dsk: Any, keys: Any, **kwargs: Any) -> Any:
             cache[k] = value
             if run is not None:
                 run.state["task_times"][k] = (start, stop)
+                run.state["stored_times"][k] = stop
                 run.posttask(k, value, run.worker_id("sync", thread))
             value = None
             for d in deps[k]:

@@ -116,11 +116,13 @@ class Callback:
     # -- activation ----------------------------------------------------------------
 
     def __enter__(self) -> Any:
-        self._tokens.append(_scoped.set((*_scoped.get(), self)))
+        # (setdefault: a subclass's __init__ may not call ours)
+        tokens: list[Any] = self.__dict__.setdefault("_tokens", [])
+        tokens.append(_scoped.set((*_scoped.get(), self)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        token = self._tokens.pop()
+        token = self.__dict__["_tokens"].pop()
         try:
             _scoped.reset(token)
         except ValueError:  # left in another context than it entered: drop it there
@@ -194,8 +196,11 @@ class CallbackRun:
     - ``"erred"``: failed;
     - ``"task_times"``: key -> (start, stop), seconds since the epoch, as the worker
       measured the task's run (more exact than the times hooks are called at);
-    - ``"free_times"``: key -> when its value was freed; ``"nbytes"``: key -> size of
-      its value (the engine's ``sizeof``);
+    - ``"stored_times"``: key -> when the scheduler learned its value was stored, and
+      ``"free_times"``: key -> when it freed it, both on the scheduler's clock (a
+      worker process's times are converted to it, to a millisecond or so: mixing the
+      two kinds could put a free before its store); ``"nbytes"``: key -> size of its
+      value (the engine's ``sizeof``);
     - ``"workers"``: the ``id`` given to posttask -> (worker address, thread ident);
     - ``"num_workers"``: threads of the cluster (1 for ``get_sync``);
     - ``"client"``: the Client computing, or None (``get_sync``);
@@ -238,6 +243,7 @@ class CallbackRun:
             "released": set(),
             "erred": set(),
             "task_times": {},
+            "stored_times": {},
             "free_times": {},
             "nbytes": {},
             "workers": {},

@@ -151,20 +151,30 @@ class ResourceProfiler(_Recorder):
                 start_new_session=True,  # a Ctrl-C in the terminal is not for it
             )
             self._proc = proc
+            first = threading.Event()
             self._reader = threading.Thread(
-                target=self._read, args=(proc,), name="ResourceProfiler-reader", daemon=True
+                target=self._read,
+                args=(proc, first),
+                name="ResourceProfiler-reader",
+                daemon=True,
             )
             self._reader.start()
+        # the samples cover what follows only once the sampler has taken its first
+        # (its start-up, a Python process's, takes a tenth of a second or so)
+        first.wait(timeout=10)
 
-    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+    def _read(self, proc: subprocess.Popen[bytes], first: threading.Event) -> None:
         assert proc.stdout is not None
-        results = self.results
-        for line in proc.stdout:
-            try:
-                t, mem, cpu = (float(x) for x in line.split())
-            except ValueError:
-                continue
-            results.append(ResourceData(t, mem, cpu))
+        try:
+            for line in proc.stdout:
+                try:
+                    t, mem, cpu = (float(x) for x in line.split())
+                except ValueError:
+                    continue
+                self.results.append(ResourceData(t, mem, cpu))  # (the list clear() made)
+                first.set()
+        finally:
+            first.set()  # (the sampler could not start: nobody waits for ever)
 
     def _stop_sampling(self) -> None:
         with self._lock:
@@ -240,8 +250,8 @@ class CacheProfiler(_Recorder):
         self._dsk = dsk
 
     def _posttask(self, key: Any, value: Any, dsk: Any, state: dict[str, Any], id: Any) -> None:
-        times = state.get("task_times", {}).get(key)
-        t = times[1] if times is not None else time.time()
+        # when the engine had it (the clock its frees are timed on), else now
+        t = state.get("stored_times", {}).get(key) or time.time()
         metric: float | None
         if self._metric is _count:
             metric = 1

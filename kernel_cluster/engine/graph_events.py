@@ -61,7 +61,7 @@ class GraphEvents(SchedulerPlugin):
         pair = (start, finish)
         put = self.events.put
         if finish == "memory":
-            t0 = t1 = self.clock()
+            now = t0 = t1 = self.clock()
             for ss in startstops:
                 if ss[0] == "compute":
                     t0, t1 = ss[1], ss[2]
@@ -74,7 +74,7 @@ class GraphEvents(SchedulerPlugin):
                     fast = getattr(data, "fast", data)  # a spilled value stays on disk
                     if key in fast:
                         value, has_value = fast[key], True
-            put((POST, key, worker, thread, t0, t1, nbytes, has_value, value))
+            put((POST, key, worker, thread, t0, t1, now, nbytes, has_value, value))
         elif pair in _RUN:
             put((PRE, key))
         elif finish == "erred":

@@ -319,3 +319,17 @@ def test_get_sync_in_a_task_fires_no_callback_of_the_client(client):
         registered.unregister()
     for r in (rec, registered):
         assert r.names("pretask") == ["outer"] and r.names("posttask") == ["outer"]
+
+
+def test_a_subclass_that_skips_our_init_works():
+    class Bare(Callback):
+        def __init__(self):
+            self.keys = []
+
+        def _pretask(self, key, dsk, state):
+            self.keys.append(key)
+
+    cb = Bare()
+    with cb:
+        get_sync(DSK, "c")
+    assert cb.keys == ["a", "b", "c"]
