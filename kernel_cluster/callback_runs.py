@@ -1,4 +1,5 @@
-"""``Client.get`` with local callbacks active: the engine's events, turned into hooks.
+"""``Client.get`` and ``Client.compute`` with local callbacks: the engine's events,
+turned into hooks.
 
 Taken only when ``active_callbacks()`` is not empty, so a plain ``get`` pays one
 context-variable read. Here the client registers a ``GraphEvents`` plugin for the
@@ -8,12 +9,13 @@ the outputs are done (or one failed): hooks run where ``get`` was called, one at
 a time, in the order the scheduler saw things happen.
 
 What ``posttask`` gets as ``result``: with embedded workers the value itself, read
-from the worker's memory as it was stored (a value spilled to disk meanwhile is
-not read back: a ``RemoteValue`` stands for it); with worker processes a
-``RemoteValue`` (key, worker, size): values are not shipped to the client for
-the callbacks. Metrics of the values (``CacheProfiler(metric=...)``) are computed
-where the values live (``diagnostics.value_metrics``) and handed over in
-``state["value_metrics"]`` before ``finish``.
+from the worker's memory as it was stored and held until the hook has seen it (a
+value spilled to disk meanwhile is not read back: a ``RemoteValue`` stands for
+it); with worker processes a ``RemoteValue`` (key, worker, size): values are not
+shipped to the client for the callbacks. Metrics of the values
+(``CacheProfiler(metric=...)``) are computed where the values live
+(``diagnostics.value_metrics``) and handed over in ``state["value_metrics"]``
+before ``finish``.
 """
 
 from __future__ import annotations
