@@ -51,6 +51,9 @@ _scoped: ContextVar[tuple[Callback, ...]] = ContextVar("kernel_cluster_callbacks
 # set while this thread runs a task of get_sync (the engine's task threads are told
 # apart by the client): a computation started there is nested
 _task_depth = threading.local()
+# (worker, thread) -> the id posttask gets, for the life of the process
+_worker_ids: dict[tuple[Any, Any], int] = {}
+_worker_ids_lock = threading.Lock()
 
 
 class Callback:
@@ -201,7 +204,8 @@ class CallbackRun:
       worker process's times are converted to it, to a millisecond or so: mixing the
       two kinds could put a free before its store); ``"nbytes"``: key -> size of its
       value (the engine's ``sizeof``);
-    - ``"workers"``: the ``id`` given to posttask -> (worker address, thread ident);
+    - ``"workers"``: the ``id`` given to posttask -> (worker address, thread ident),
+      for the threads of this computation (ids are kept for the process's life);
     - ``"num_workers"``: threads of the cluster (1 for ``get_sync``);
     - ``"client"``: the Client computing, or None (``get_sync``);
     - ``"cache"``: the values, key -> value, only in ``get_sync`` (elsewhere they stay
@@ -282,11 +286,15 @@ class CallbackRun:
                 hooks.remove(pair)
 
     def worker_id(self, worker: Any, thread: Any) -> int:
-        """A small number per (worker, thread), as Dask numbers its worker threads."""
+        """A small number per (worker, thread), as Dask numbers its worker threads;
+        the same in every computation of this process, so that a profiler kept over
+        several shows each thread on one row."""
         pair = (worker, thread)
         n = self._ids.get(pair)
         if n is None:
-            n = self._ids[pair] = len(self._ids)
+            with _worker_ids_lock:
+                n = _worker_ids.setdefault(pair, len(_worker_ids))
+            self._ids[pair] = n
             self.state["workers"][n] = pair
         return n
 

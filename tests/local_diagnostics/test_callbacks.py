@@ -55,17 +55,23 @@ def test_get_sync_calls_each_hook_in_order_with_its_arguments():
     rec = Recorder()
     with rec:
         assert get_sync(DSK, "c") == 18
+    sid = rec.calls[3][3]  # this thread's id, as posttask gets it
+    assert rec.finish_state["workers"] == {sid: ("sync", threading.get_ident())}
     assert rec.calls == [
         ("start", DSK),
         ("start_state", DSK, {"a", "b", "c"}),
         ("pretask", "a", True),
-        ("posttask", "a", 3, 0, True),
+        ("posttask", "a", 3, sid, True),
         ("pretask", "b", True),
-        ("posttask", "b", 6, 0, True),
+        ("posttask", "b", 6, sid, True),
         ("pretask", "c", True),
-        ("posttask", "c", 18, 0, True),
+        ("posttask", "c", 18, sid, True),
         ("finish", False),
     ]
+    again = Recorder()
+    with again:
+        get_sync(DSK, "a")
+    assert again.calls[3] == ("posttask", "a", 3, sid, True)  # a thread keeps its id
     state = rec.finish_state
     assert state["cache"] == {"c": 18}  # the inputs were let go once read
     assert state["released"] == {"a", "b"}
