@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 # what dask.annotate(...) may say that this engine acts on; the rest is ignored
-HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority"})
+HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority", "retries"})
 
 
 def is_dask_graph(dsk: Any) -> bool:
@@ -91,8 +91,11 @@ def convert(dsk: Any, client: Any) -> DaskGraph:
         if get_annotations is not None:
             annotations = get_annotations() or {}
         dsk = dsk.__dask_graph__()
-    elif hasattr(dsk, "__dask_layers__"):  # a HighLevelGraph: annotations live on layers
-        annotations = _layer_annotations(dsk)
+    else:
+        from dask.highlevelgraph import HighLevelGraph
+
+        if isinstance(dsk, HighLevelGraph):  # its annotations live on its layers
+            annotations = _layer_annotations(dsk)
     held: dict[Key, Future] = {}
     for value in dsk.values():  # a persisted collection's pieces: {key: future}
         if type(value) is Future:

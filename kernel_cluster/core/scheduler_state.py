@@ -568,9 +568,29 @@ class SchedulerState:
             ts.group.add_startstops(ev.startstops)
             ts.prefix.add_startstops(ev.startstops)
         ts.exception_text = ev.exception_text
+        if ts.annotations is not None and ts.annotations.get("retries"):
+            self._retry(ts, ws, ev)
+            return
         self._set_erred(ts, ev.exception, ev.traceback, ts, ev)
         # the error lives here now; the worker need not keep its record of the task
         self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+        self._refill(ws)
+
+    def _retry(self, ts: TaskState, ws: WorkerRecord, ev: TaskErred) -> None:
+        """``ts`` failed but may run again (``dask.annotate(retries=n)``): it waits for a
+        worker anew, and dependents sent ahead to wait for it there are taken back."""
+        assert ts.annotations is not None
+        ts.annotations["retries"] -= 1
+        self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+        for dts in ts.dependents:
+            other = dts.processing_on
+            if other is not None and ts in dts.waiting_on:
+                self._stop_processing(dts, other)
+                self._set_state(dts, "waiting")
+                if other is not ws:
+                    self._refill(other)
+        self._set_state(ts, "waiting", ev)
+        self._ready.append(ts)
         self._refill(ws)
 
     def _set_erred(

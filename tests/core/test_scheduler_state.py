@@ -305,6 +305,22 @@ def test_per_task_annotations_restrict_only_their_tasks():
     assert set(computes(out)) == {"a", "b", "c", "d"}
 
 
+def test_retries_run_a_failed_task_again_then_fail_it():
+    s = Sched(("w1", 1))
+    out = s.submit({"a": (), "b": ("a",)}, ["b"], tasks={"a": {"retries": 1}})
+    assert set(computes(out)) == {"a", "b"}  # b sent ahead, to wait for a on w1
+    out = s.handle(TaskErred("a", "w1", ValueError("flaky"), None, "text"))
+    # a runs again; b, sent ahead to wait for the failed run, is taken back and sent
+    # ahead anew, to wait for the new run where it happens
+    frees = [i for i in out if isinstance(i, FreeKeys)]
+    assert {k for i in frees for k in i.keys} == {"a", "b"}
+    assert set(computes(out)) == {"a", "b"} and s.s.tasks["b"].waiting_on == {s.s.tasks["a"]}
+    assert s.s.tasks["a"].annotations == {"retries": 0}
+    out = s.handle(TaskErred("a", "w1", ValueError("again"), None, "text"))
+    assert s.state("b") == "erred" and reports(out)[("c", "b")].status == "error"
+    assert str(s.s.tasks["b"].exception) == "again"
+
+
 def test_worker_death_reschedules_processing_and_recomputes_lost_data():
     s = Sched(("w1", 1), ("w2", 1))
     s.submit({"a": ()}, ["a"], workers=("w1",), allow_other_workers=True)

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from dask._task_spec import Task, TaskRef  # noqa: E402
 from dask.utils import key_split as dask_key_split  # noqa: E402
 
-from kernel_cluster import span  # noqa: E402
+from kernel_cluster import dask_graphs, span  # noqa: E402
 from kernel_cluster.core.spec import GraphError  # noqa: E402
 from kernel_cluster.futures import Future  # noqa: E402
 from tests.engine.helpers import wait_for  # noqa: E402
@@ -60,13 +60,24 @@ def frame():
     )
 
 
-def test_qr_of_a_tall_and_skinny_array(client):
+@pytest.fixture(scope="module")
+def tall_and_skinny():
+    """A random array (its chunks' seeds are fixed in its graph) and the R of its QR
+    decomposition by dask's own scheduler, computed once for both modes."""
     a = da.random.random((200_000, 100), chunks=(10_000, 100))
+    return a, da.linalg.qr(a)[1].compute(scheduler="sync")
+
+
+# LAPACK calls from several threads at once are slow on a loaded machine (OpenBLAS's
+# own threads compete with the workers'): more time than other tests, never a hang
+@pytest.mark.timeout(180)
+def test_qr_of_a_tall_and_skinny_array(client, tall_and_skinny):
+    a, r_by_dask = tall_and_skinny
     q, r = da.linalg.qr(a)
     error = abs(q @ r - a).max()
     ours_r, ours_error = dask.compute(r, error, scheduler=client.get)
     assert ours_error < 1e-8
-    np.testing.assert_allclose(ours_r, r.compute(scheduler="sync"), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(ours_r, r_by_dask, rtol=1e-10, atol=1e-10)
 
 
 def test_dataframe_groupby_aggregate(client):
@@ -177,8 +188,28 @@ def test_annotations_workers_and_ignored_ones(client, cluster):
         assert result.compute(scheduler=client, optimize_graph=False) == sum(range(8))
     ran = {r["key"]: r["worker"] for r in ts.data}
     assert {ran[p.key] for p in parts} == {workers[1]}
-    with dask.annotate(retries=2), pytest.warns(UserWarning, match="'retries'"):
-        dask.delayed(count)([1]).compute(scheduler=client)
+    with dask.annotate(resources={"GPU": 1}), pytest.warns(UserWarning, match="'resources'"):
+        dask.delayed(count)([1]).compute(scheduler=client, optimize_graph=False)
+
+
+def flaky(path, fails):
+    """Fails the first ``fails`` times it runs (counted in a file: any process)."""
+    with open(path, "a+") as f:
+        f.seek(0)
+        runs = len(f.read())
+        f.write("x")
+    if runs < fails:
+        raise WordCountError(f"run {runs} failed")
+    return runs
+
+
+def test_retries_annotation(client, tmp_path):
+    with dask.annotate(retries=2):
+        ok = dask.delayed(flaky)(str(tmp_path / "ok"), 2)
+        bad = dask.delayed(flaky)(str(tmp_path / "bad"), 3)
+    assert dask.delayed(total)(ok, 10).compute(scheduler=client, optimize_graph=False) == 12
+    with pytest.raises(WordCountError, match="run 2 failed"):
+        dask.delayed(total)(bad, 10).compute(scheduler=client, optimize_graph=False)
 
 
 def test_the_engine_never_imports_dask_itself():
@@ -192,3 +223,22 @@ def test_the_engine_never_imports_dask_itself():
         "assert not [m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_high_level_graph_keeps_its_layers_annotations(client):
+    worker = sorted(client.scheduler_info()["workers"])[0]
+    with dask.annotate(workers=[worker], retries=1):
+        x = da.ones((10,), chunks=5) + 1
+    graph = dask_graphs.convert(x.__dask_graph__(), client)
+    assert graph.annotations and all(
+        a == {"workers": (worker,), "retries": 1} for a in graph.annotations.values()
+    )
+    with client.get_task_stream() as ts:
+        parts = client.get(x.__dask_graph__(), list(x.__dask_keys__()))
+    np.testing.assert_array_equal(np.concatenate(parts), np.full(10, 2.0))
+    assert {r["worker"] for r in ts.data} == {worker}
+
+
+def test_priority_annotation_orders_the_submission():
+    order = {"a": 0, "b": 1, "c": 2, "d": 3}
+    assert dask_graphs.prioritized(order, {"c": 5, "d": 1}) == {"c": 0, "d": 1, "a": 2, "b": 3}

@@ -67,6 +67,21 @@ def test_scheduler_info_lists_worker_processes(pcluster, pclient):
     assert all(w["nthreads"] == 2 for w in info.values())
 
 
+def thread_settings():
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    return {name: os.environ.get(name) for name in names}
+
+
+def test_numeric_libraries_use_one_thread_unless_the_user_says(pclient, monkeypatch):
+    expected = {name: os.environ.get(name, "1") for name in thread_settings()}
+    workers = pclient.run(thread_settings)
+    assert len(workers) == 2 and all(settings == expected for settings in workers.values())
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with KernelCluster(n_workers=1, processes=True) as cluster, Client(cluster) as client:
+        (settings,) = client.run(thread_settings).values()
+    assert settings["OMP_NUM_THREADS"] == "3"
+
+
 def test_peer_transfer_and_transfer_logs(pclient):
     a_addr, b_addr = sorted(pclient.scheduler_info()["workers"])
     x = pclient.submit(np.arange, 1_000_000, workers=[a_addr], pure=False)
