@@ -72,6 +72,7 @@ def tsqr_story(client, cluster_processes):
     error = abs(q.dot(r) - a).max()
     family = [psutil.Process(), *psutil.Process().children(recursive=True)]
     cpu_before = sum(sum(p.cpu_times()[:2]) for p in family)
+    workers_before = worker_cpu(client, cluster_processes)
     with (
         Profiler() as prof,
         ResourceProfiler(dt=0.1) as rprof,
@@ -86,27 +87,44 @@ def tsqr_story(client, cluster_processes):
         client.run(trim_memory)
         trim_memory()
     cpu_used = sum(sum(p.cpu_times()[:2]) for p in family) - cpu_before
-    return err, prof, rprof, cprof, cpu_used
+    workers_used = worker_cpu(client, cluster_processes) - workers_before
+    return err, prof, rprof, cprof, cpu_used, workers_used
+
+
+def worker_cpu(client, processes):
+    """CPU seconds the workers used so far: their processes, or (embedded) their task
+    threads, read from the system (psutil), not from the engine."""
+    if processes:
+        pids = [w["pid"] for w in client.scheduler_info()["workers"].values()]
+        return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+    tids = {t.native_id for w in client.cluster.workers.values() for t in w.pool.threads}
+    return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id in tids)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)  # ten seconds on an idle two-core machine
 def test_qr_story_under_the_three_profilers(client, processes):
-    err, prof, rprof, cprof, cpu_used = tsqr_story(client, processes)
+    err, prof, rprof, cprof, cpu_used, workers_used = tsqr_story(client, processes)
     assert err < 1e-8
     keys = {r.key for r in prof.results}
     assert any("qr" in str(k) for k in keys)
     assert {r.key for r in cprof.results} == keys
 
-    # CPU: what the samples add up to is the CPU the processes used (the workers'
-    # included), and the busiest moment is inside the computation
+    # CPU: what the samples add up to is the CPU the processes used, and the samples
+    # taken while the tasks ran hold the CPU the workers used (measured apart, by the
+    # system): the QR's parallel work shows where it happened. (How many cores that is
+    # at a time depends on what else the machine runs: not asserted.)
     samples = rprof.results
-    sampled = sum(b.cpu / 100 * (b.time - a.time) for a, b in itertools.pairwise(samples))
+    pairs = list(itertools.pairwise(samples))
+    sampled = sum(b.cpu / 100 * (b.time - a.time) for a, b in pairs)
     assert sampled > 0.6 * cpu_used
     start = min(r.start_time for r in prof.results)
     end = max(r.end_time for r in prof.results)
-    busiest = max(samples[1:], key=lambda s: s.cpu)
-    assert start <= busiest.time <= end + 2 * 0.1 + 0.5
+    during = sum(
+        b.cpu / 100 * (b.time - a.time) for a, b in pairs if b.time > start and a.time < end
+    )
+    assert workers_used > 0.5  # the QR's work, a second of CPU or more
+    assert during > 0.6 * workers_used
 
     # memory: up while the blocks are held (the array is 160 MB), down once freed
     first, peak, last = samples[0].mem, max(s.mem for s in samples), samples[-1].mem
