@@ -11,12 +11,37 @@ from .engine.config import WorkerConfig
 from .engine.plugins import SchedulerPlugin
 from .engine.process_meter import context_meter
 from .futures import CancelledError, Future, as_completed, wait
+from .jupyter import progress_bar_view as _progress_bar_view  # noqa: F401  (ProgressBar)
 from .jupyter.lab import register as _register_lab
 from .jupyter.lab import show
 from .jupyter.memory_chart import MemorySampler
 from .jupyter.notebook import progress
 
 __version__ = "0.1.0"
+
+# the local diagnostics (issue 21), imported on first use
+_LAZY = {
+    "Callback": "kernel_cluster.diagnostics.callbacks",
+    "CacheProfiler": "kernel_cluster.diagnostics.local_profilers",
+    "Profiler": "kernel_cluster.diagnostics.local_profilers",
+    "ProgressBar": "kernel_cluster.diagnostics.progress_bar",
+    "ResourceProfiler": "kernel_cluster.diagnostics.local_profilers",
+    "get_sync": "kernel_cluster.local",
+    "sizeof": "kernel_cluster.core.sizeof",
+    # (i21-visualize's module; left out of __all__ until it is merged)
+    "visualize": "kernel_cluster.diagnostics.local_plots",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def load_ipython_extension(ip) -> None:
@@ -37,6 +62,8 @@ _register_lab()
 
 
 __all__ = [
+    "CacheProfiler",
+    "Callback",
     "CancelledError",
     "Client",
     "Future",
@@ -44,6 +71,9 @@ __all__ = [
     "KernelCluster",
     "KilledWorker",
     "MemorySampler",
+    "Profiler",
+    "ProgressBar",
+    "ResourceProfiler",
     "SchedulerPlugin",
     "WorkerConfig",
     "__version__",
@@ -52,9 +82,11 @@ __all__ = [
     "context_meter",
     "get_annotations",
     "get_client",
+    "get_sync",
     "performance_report",
     "progress",
     "show",
+    "sizeof",
     "span",
     "wait",
 ]

@@ -19,6 +19,7 @@ import cloudpickle
 
 from . import dask_graphs
 from .call_keys import funcname, function_token, tokenize
+from .callback_runs import compute_with_callbacks, get_with_callbacks
 from .core.keys import Key, validate_key
 from .core.scheduler_messages import (
     ClientCancelledKeys,
@@ -35,12 +36,14 @@ from .core.spec import (
     parse_graph,
 )
 from .dask_graphs import DaskGraph, is_dask_graph
+from .diagnostics.callbacks import active_callbacks
 from .diagnostics.engine_source import EngineSource
 from .diagnostics.source import set_default_source
 from .engine.cluster import KernelCluster
 from .engine.comm import SerializationError
 from .engine.execute import unpack_exception
 from .engine.plugins import check_plugin
+from .engine.pool import in_task_thread
 from .futures import (
     FAILED,
     Future,
@@ -329,6 +332,9 @@ class Client:
                     f"such as {list(specs)[:3]!r}."
                 )
         wanted = list(dict.fromkeys(flat))
+        callbacks = active_callbacks()
+        if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)
+            return get_with_callbacks(self, dsk, specs, keys, wanted, graph, callbacks)
         event = self._graph_event(specs, wanted, graph)
         with self._lock:
             seq = self._enqueue(event)
@@ -392,6 +398,9 @@ class Client:
             )
         expr, key = dask_graphs.collection_graph(collections, optimize_graph)
         graph = dask_graphs.convert(expr, self)
+        callbacks = active_callbacks()
+        if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)
+            return compute_with_callbacks(self, expr, graph.specs, key, graph, callbacks)
         event = self._graph_event(graph.specs, [key], graph)
         with self._lock:
             return self._future(key, self._enqueue(event))

@@ -88,20 +88,25 @@ class Latch:
     when one fails. ``count_down`` is their done-callback (engine thread, or the thread
     that cancels)."""
 
-    __slots__ = ("_lock", "event", "fail_fast", "n")
+    __slots__ = ("_lock", "event", "fail_fast", "n", "on_set")
 
-    def __init__(self, n: int, fail_fast: bool):
+    def __init__(self, n: int, fail_fast: bool, on_set: Callable[[], None] | None = None):
         self.n = n
         self.fail_fast = fail_fast
         self.event = threading.Event()
         self._lock = threading.Lock()
+        self.on_set = on_set  # called once, when the event is set
 
     def count_down(self, state: FutureState) -> None:
         with self._lock:
             self.n -= 1
             last = self.n == 0
         if last or (self.fail_fast and state.status in FAILED):
-            self.event.set()
+            with self._lock:
+                first = not self.event.is_set()
+                self.event.set()
+            if first and self.on_set is not None:
+                self.on_set()
 
 
 class Future:
@@ -435,13 +440,25 @@ class FutureRegistry:
         One wake-up for the lot: waiting on each in turn costs the engine an event to
         set and this thread a wake-up per result that lands while it sleeps.
         """
+        latch = self.latch(states, fail_fast)
+        if latch is not None:
+            latch.event.wait()
+
+    def latch(
+        self,
+        states: list[FutureState],
+        fail_fast: bool,
+        on_set: Callable[[], None] | None = None,
+    ) -> Latch | None:
+        """A latch whose event is set (and ``on_set`` called) once every state is done
+        (or, with ``fail_fast``, one is not "finished"); None if that is so already."""
         with self.lock:
             pending = [st for st in states if not st.done()]
             if not pending or (fail_fast and any(st.status in FAILED for st in states)):
-                return
-            latch = Latch(len(pending), fail_fast)
+                return None
+            latch = Latch(len(pending), fail_fast, on_set)
             for st in pending:
                 if st.callbacks is None:
                     st.callbacks = []
                 st.callbacks.append(functools.partial(latch.count_down, st))
-        latch.event.wait()
+        return latch

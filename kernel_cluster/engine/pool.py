@@ -22,6 +22,15 @@ from typing import Any
 
 _STOP = object()
 
+# idents of every pool's task threads, alive now: code asks ``in_task_thread()`` to
+# tell a computation started from inside a task (updated once per thread, not per task)
+_task_threads: set[int] = set()
+
+
+def in_task_thread() -> bool:
+    """Whether the calling thread is a task thread of some worker in this process."""
+    return threading.get_ident() in _task_threads
+
 
 class TaskThreadPool:
     def __init__(self, nthreads: int, name: str, wake: Callable[[], None]):
@@ -73,30 +82,35 @@ class TaskThreadPool:
         # variables (the task runner's metrics listener stays installed for good) out
         # of the owner's wake-up callbacks: those copy the calling thread's context.
         run = contextvars.copy_context().run
-        while True:
-            try:
-                item = pending.popleft()
-            except IndexError:
-                with mutex:
-                    if pending:
-                        continue
-                    idle.append(asleep)
-                asleep.acquire()  # released by submit, which hands this thread work
-                continue
-            if item is _STOP:
-                return
-            fn, args = item
-            ident = threading.get_ident()
-            self.running.add(ident)
-            try:
-                result = run(fn, *args)
-            finally:
-                self.running.discard(ident)
-            # let go of the task's inputs and result before the next task or a sleep:
-            # locals here would keep them alive after the worker released them
-            item = fn = args = None
-            self.emit(result)
-            result = None
+        me = threading.get_ident()
+        _task_threads.add(me)
+        try:
+            while True:
+                try:
+                    item = pending.popleft()
+                except IndexError:
+                    with mutex:
+                        if pending:
+                            continue
+                        idle.append(asleep)
+                    asleep.acquire()  # released by submit, which hands this thread work
+                    continue
+                if item is _STOP:
+                    return
+                fn, args = item
+                ident = threading.get_ident()
+                self.running.add(ident)
+                try:
+                    result = run(fn, *args)
+                finally:
+                    self.running.discard(ident)
+                # let go of the task's inputs and result before the next task or a sleep:
+                # locals here would keep them alive after the worker released them
+                item = fn = args = None
+                self.emit(result)
+                result = None
+        finally:
+            _task_threads.discard(me)
 
     def emit(self, result: Any) -> None:
         """Hand a result to the owner (from a task thread); ``fn`` may call it for

@@ -1,0 +1,143 @@
+"""ProgressBar: one computation's progress, as a text bar or the Progress widget.
+
+In a terminal (or a script, or a log) it draws, every ``dt`` seconds while the
+computation runs, the share of its tasks done and the time since it started::
+
+    [##########################              ] | 65% Completed | 3.2 s
+
+and one last line at the end (``100%``, unless it failed), nothing at all for a
+computation shorter than ``minimum`` seconds. In a notebook, on a cluster, it shows
+the ``Progress`` widget of the computing client instead (the widget, from
+``kernel_cluster.jupyter``, registers itself here: diagnostics imports nothing of
+the layer above). Its timer thread ends with the computation, however it ends.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+from .callbacks import Callback
+
+__all__ = ["ProgressBar", "format_time", "set_notebook_display"]
+
+# client -> a function that stops the widget's updates; set by kernel_cluster.jupyter
+_notebook_display: Callable[[Any], Callable[[], None] | None] | None = None
+
+
+def set_notebook_display(fn: Callable[[Any], Callable[[], None] | None] | None) -> None:
+    """``fn(client)`` shows a progress widget for the client's computation when in a
+    notebook and returns what stops its updates (None where it shows nothing)."""
+    global _notebook_display
+    _notebook_display = fn
+
+
+def format_time(seconds: float) -> str:
+    """``3.2 s``, ``2min 5.0 s``, ``1hr 2min 5.0 s``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{int(minutes)}min {secs:.1f} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{int(hours)}hr {int(minutes)}min {secs:.1f} s"
+
+
+class ProgressBar(Callback):
+    """``with ProgressBar(): client.get(dsk, keys)``, or ``ProgressBar().register()``.
+
+    ``minimum``: draw nothing for computations shorter than this (seconds);
+    ``width``: characters of the bar; ``dt``: seconds between redraws; ``out``: where
+    the text goes (standard output, as it is when drawing, by default).
+    """
+
+    uses_result = False
+
+    def __init__(
+        self, minimum: float = 0, width: int = 40, dt: float = 0.1, out: IO[str] | None = None
+    ) -> None:
+        if not width >= 1:
+            raise ValueError(f"ProgressBar(width={width!r}): give a number of characters >= 1.")
+        if not dt > 0:
+            raise ValueError(f"ProgressBar(dt={dt!r}): give seconds between redraws, > 0.")
+        super().__init__()
+        self.minimum = minimum
+        self.width = int(width)
+        self.dt = dt
+        self._out = out
+        self._state: dict[str, Any] | None = None
+        self._t0 = 0.0
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        self._widget_stop: Callable[[], None] | None = None
+        self._drawn = False
+        self.last_elapsed = 0.0
+
+    @property
+    def out(self) -> IO[str]:
+        return self._out if self._out is not None else sys.stdout
+
+    def _start(self, dsk: Any) -> None:
+        self._state = None
+        self._drawn = False
+        self._t0 = time.perf_counter()
+
+    def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+        self._state = state
+        client = state.get("client")
+        if client is not None and _notebook_display is not None:
+            self._widget_stop = _notebook_display(client)
+            if self._widget_stop is not None:
+                return
+        self._stop = stop = threading.Event()
+        self._timer = threading.Thread(
+            target=self._tick, args=(stop,), name="ProgressBar", daemon=True
+        )
+        self._timer.start()
+
+    def _pretask(self, key: Any, dsk: Any, state: dict[str, Any]) -> None:
+        pass  # (declared so that the engine reports tasks: the bar counts them)
+
+    def _tick(self, stop: threading.Event) -> None:
+        while not stop.wait(self.dt):
+            elapsed = time.perf_counter() - self._t0
+            if elapsed >= self.minimum:
+                self._draw(self.fraction(), elapsed)
+
+    def fraction(self) -> float:
+        """The share of the computation's tasks finished."""
+        state = self._state
+        if not state:
+            return 0.0
+        total = len(state["dependencies"])
+        return len(state["finished"]) / total if total else 1.0
+
+    def _draw(self, fraction: float, elapsed: float, end: str = "") -> None:
+        fraction = min(max(fraction, 0.0), 1.0)
+        n = int(self.width * fraction)
+        bar = "#" * n + " " * (self.width - n)
+        text = f"\r[{bar}] | {int(100 * fraction):3d}% Completed | {format_time(elapsed)}"
+        out = self.out
+        try:
+            out.write(text + end)
+            out.flush()
+        except (OSError, ValueError):  # a closed stream: nothing to show it on
+            return
+        self._drawn = True
+
+    def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:
+        elapsed = time.perf_counter() - self._t0
+        self.last_elapsed = elapsed
+        self._stop.set()
+        timer, self._timer = self._timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.join()
+        widget_stop, self._widget_stop = self._widget_stop, None
+        if widget_stop is not None:
+            widget_stop()
+        elif elapsed >= self.minimum:
+            self._draw(self.fraction() if errored else 1.0, elapsed, end="\n")
+        self._state = None
