@@ -28,7 +28,6 @@ _LAZY = {
     "ResourceProfiler": "kernel_cluster.diagnostics.local_profilers",
     "get_sync": "kernel_cluster.local",
     "sizeof": "kernel_cluster.core.sizeof",
-    # (i21-visualize's module; left out of __all__ until it is merged)
     "visualize": "kernel_cluster.diagnostics.local_plots",
 }
 
@@ -88,5 +87,6 @@ __all__ = [
     "show",
     "sizeof",
     "span",
+    "visualize",
     "wait",
 ]

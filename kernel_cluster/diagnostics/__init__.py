@@ -22,8 +22,7 @@ _LAZY = {
     "visualize": "local_plots",
 }
 
-# (visualize: local_plots comes with the i21-visualize branch; into __all__ once merged)
-__all__ = sorted(set(_LAZY) - {"visualize"})
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:

@@ -38,12 +38,9 @@ class _Recorder(Callback):
 
     def visualize(self, **kwargs: Any) -> Any:
         """Draw ``results`` (see ``kernel_cluster.diagnostics.local_plots.visualize``)."""
-        # by name: local_plots comes with the i21-visualize branch, and an import of a
-        # module not there yet reads to the import linter as one of the package root
-        import importlib
+        from .local_plots import visualize  # the plots' module loads on first use
 
-        plots = importlib.import_module("kernel_cluster.diagnostics.local_plots")
-        return plots.visualize([self], **kwargs)
+        return visualize([self], **kwargs)
 
 
 class Profiler(_Recorder):

@@ -8,12 +8,10 @@ import importlib.util
 import subprocess
 import sys
 
-import pytest
-
 import kernel_cluster
 from kernel_cluster import diagnostics
 
-NAMES = ["CacheProfiler", "Callback", "Profiler", "ProgressBar", "ResourceProfiler"]
+NAMES = ["CacheProfiler", "Callback", "Profiler", "ProgressBar", "ResourceProfiler", "visualize"]
 
 
 def test_the_names_dask_users_import():
@@ -24,11 +22,7 @@ def test_the_names_dask_users_import():
     from kernel_cluster.diagnostics import CacheData, ResourceData, TaskData  # noqa: F401
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("kernel_cluster.diagnostics.local_plots") is None,
-    reason="visualize comes with the i21-visualize branch",
-)
-def test_visualize_is_there_too():
+def test_visualize_is_the_plots_modules():
     plots = importlib.import_module("kernel_cluster.diagnostics.local_plots")
     assert diagnostics.visualize is plots.visualize is kernel_cluster.visualize
 
