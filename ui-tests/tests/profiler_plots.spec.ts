@@ -84,3 +84,23 @@ test('the profiler plots open offline: tasks, CPU and memory, cache, aligned', a
   expect(errors).toEqual([]);
   await page.context().close();
 });
+
+test("the seed's QR run on the engine under the three profilers, drawn", async ({ browser }) => {
+  const { page, outside, errors } = await openOffline(browser, 'make_qr_profile.py', 'profiler-plots-qr.html', { width: 1100, height: 1000 });
+  await expect(page.getByRole('heading', { name: 'QR on kernel-cluster' })).toBeVisible();
+  const tasks = page.locator('[data-plot="tasks"]');
+  // dask's own task prefixes, as the engine ran them
+  for (const fn of ['random_sample', 'qr', 'dot']) {
+    await expect(tasks.locator('.kc-legend-item').filter({ hasText: fn }).first()).toBeVisible();
+  }
+  expect(await paintedPixels(tasks.locator('canvas'))).toBeGreaterThan(5000);
+  const resource = page.locator('[data-plot="resource"]');
+  for (const [chart, series] of [['cpu', 'CPU'], ['memory', 'memory']]) {
+    await expect(resource.locator(`[data-chart="${chart}"] path[data-series="${series}"]`)).toBeAttached();
+  }
+  await expect(page.locator('[data-plot="cache"] path[data-series]').first()).toBeAttached();
+  await page.screenshot({ path: path.join(artifacts, 'profiler-plots-qr.png'), fullPage: true });
+  expect(outside).toEqual([]);
+  expect(errors).toEqual([]);
+  await page.context().close();
+});
