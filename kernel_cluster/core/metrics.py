@@ -25,23 +25,33 @@ same way):
    ``thread-cpu`` and the like: ``TaskRunner.run``'s short path);
 2. summed per thread and group into ``GroupTotals.noncpu`` (named
    ``("thread-noncpu", "seconds")`` by ``TASK_FIELDS``): on the task thread, by
-   ``TaskRunner._succeeded`` / ``run`` in the totals that
-   ``ThreadAccount.totals_for`` returns, or here by ``ThreadAccount.add``;
+   ``TaskRunner._succeeded`` in the totals that ``ThreadAccount.totals_for`` returns
+   (``run``'s short path adds the other fields only), or here by
+   ``ThreadAccount.add`` (failed runs);
 3. taken per heartbeat: engine/worker.py ``Worker.metrics_delta`` passes
-   ``ThreadTimeline.take`` -> ``ThreadAccount.take`` to ``MetricsLedger.add``: key
-   ``("execute", span_id, prefix, "thread-noncpu", "seconds")``, in ``total`` and
-   in the delta, which ``Worker.heartbeat`` sends (``MetricsLedger.take_delta``);
-4. summed on the scheduler: engine/scheduler.py ``Scheduler._heartbeat`` ->
-   ``Scheduler.add_worker_metrics``: ``add_metrics`` (here) into
-   ``worker_metrics``, and core/spans.py ``SpanTree.add_metrics`` per span;
+   ``MetricsLedger.add`` to ``ThreadTimeline.take`` -> ``ThreadAccount.take`` ->
+   ``ThreadAccount._take_totals``, which calls it with the key
+   ``("execute", span_id, prefix, "thread-noncpu", "seconds")``: into ``total`` and
+   into the delta, which ``Worker.heartbeat`` sends as engine/wire.py ``Heartbeat``
+   (``MetricsLedger.take_delta``; as it is over engine/local_channels.py, encoded by
+   wire.py ``encode_batch`` over TCP);
+4. summed on the scheduler: engine/scheduler.py ``Scheduler.handle_worker_messages``
+   -> ``Scheduler._heartbeat`` -> ``Scheduler.add_worker_metrics``: core/spans.py
+   ``SpanTree.fold_keys`` (old default spans fold), then ``add_metrics`` (here) into
+   ``worker_metrics``, and ``SpanTree.add_metrics`` per span;
 5. read: diagnostics/engine_source.py ``EngineSource.fine_metrics`` (after
-   ``Scheduler.refresh_metrics``), for ``Client.fine_metrics`` (client.py,
-   diagnostics/fine_metrics.py ``to_frame``) and for the widgets;
+   ``Scheduler.refresh_metrics`` with ``refresh=True``, as ``Client.fine_metrics``
+   reads it for diagnostics/fine_metrics.py ``to_frame``; the widgets' publisher
+   reads it with ``refresh=False``);
 6. fed: jupyter/publisher.py ``Publisher.tick`` (``READERS["metrics"]``) ->
-   diagnostics/table_feeds.py ``MetricsFeed.update``: deltas against what was sent;
-7. drawn: widgets/src/store.ts ``MetricsTable.apply`` -> widgets/src/fineMetrics.ts
-   ``FineMetricsView.render`` (widgets/src/aggregate.ts ``computePanels``, then
-   ``drawBars``: the "by activity" panel).
+   diagnostics/table_feeds.py ``MetricsFeed.update``: deltas against what was sent,
+   sent by ``Publisher._emit`` (``pack``) -> jupyter/widgets.py
+   ``_LiveWidget._send_update``;
+7. drawn: widgets/src/widget.ts ``initialize`` (the comm message) ->
+   widgets/src/store.ts ``Store.applyUpdate`` -> ``MetricsTable.apply``, whose
+   listeners run widgets/src/fineMetrics.ts ``FineMetricsView.render``
+   (widgets/src/aggregate.ts ``computePanels``, then widgets/src/chart.ts
+   ``drawBars``: the "by function" segments and the "by activity" bar).
 """
 
 from __future__ import annotations
