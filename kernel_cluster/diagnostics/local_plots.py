@@ -403,23 +403,13 @@ def task_text(task: Any, limit: int = 160, depth: int = 2) -> str:
 
 
 def group_name(task: Any, key: Any) -> str:
-    """The colour group of a task: its function's name, or else its key's prefix."""
-    func: Any = None
+    """The colour group of a task: for a tuple task ``(f, *args)``, ``f``'s name; for
+    anything else (dask's task objects, whose functions are dask's own wrappers such
+    as ``_apply_random``), the key's prefix, the name the task stream and the fine
+    metrics give it too (``random_sample``, ``qr``, ``sum-aggregate``)."""
     if isinstance(task, tuple) and task and callable(task[0]):
-        func = task[0]
-    elif task is not None and not isinstance(task, str | bytes | tuple | list | dict):
-        for attr in ("func", "function"):  # task objects that hold their function
-            try:
-                candidate = getattr(task, attr, None)
-            except Exception:
-                candidate = None
-            if callable(candidate):
-                func = candidate
-                break
-        else:
-            if callable(task):  # after .func: a task object may be callable itself
-                func = task
-    return function_name(func) if func is not None else key_split(key)
+        return function_name(task[0])
+    return key_split(key)
 
 
 def function_name(func: Any) -> str:

@@ -90,7 +90,7 @@ test("the seed's QR run on the engine under the three profilers, drawn", async (
   await expect(page.getByRole('heading', { name: 'QR on kernel-cluster' })).toBeVisible();
   const tasks = page.locator('[data-plot="tasks"]');
   // dask's own task prefixes, as the engine ran them
-  for (const fn of ['random_sample', 'qr', 'dot']) {
+  for (const fn of ['random_sample', 'qr', 'sum-aggregate']) {
     await expect(tasks.locator('.kc-legend-item').filter({ hasText: fn }).first()).toBeVisible();
   }
   expect(await paintedPixels(tasks.locator('canvas'))).toBeGreaterThan(5000);
