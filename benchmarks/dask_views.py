@@ -16,7 +16,7 @@
 3. Bytes per update: the same workload (``WORKLOAD_TASKS`` tasks under a span, then
    their sum) with the three widgets on a Dask cluster and on a
    ``KernelCluster(processes=True)`` of the same shape: messages sent and bytes
-   per message (content as JSON plus binary buffers, ``live.message_size``) after
+   per message (content as JSON plus binary buffers, ``publisher.message_size``) after
    the first full state, per widget, until the widget has shown every task.
 
 The machine is shared: its load average is recorded before and after.
