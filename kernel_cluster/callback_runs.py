@@ -32,7 +32,7 @@ from .core.spec import TaskSpec, pack_results
 from .diagnostics import value_metrics
 from .diagnostics.callbacks import Callback, CallbackRun, RemoteValue
 from .engine.graph_events import ERRED, FREED, POST, PRE, RETRY, GraphEvents
-from .futures import _cancelled
+from .futures import raise_if_failed
 
 logger = logging.getLogger(__name__)
 
@@ -153,12 +153,7 @@ def get_with_callbacks(
         if latch is None:
             events.put(_DONE)
         er.pump()
-        for k, st in zip(wanted, states):
-            if st.status == "error":
-                assert st.exception is not None
-                raise st.exception.with_traceback(st.traceback)
-            if st.status == "cancelled":
-                raise _cancelled(st, k)
+        raise_if_failed(wanted, states)
         data = client._gather_keys(wanted)
         er.drain()
         result = pack_results(keys, data)

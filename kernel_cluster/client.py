@@ -49,7 +49,7 @@ from .futures import (
     Future,
     FutureRegistry,
     FutureState,
-    _cancelled,
+    raise_if_failed,
     run_callback,
 )
 from .graph_packing import (
@@ -341,12 +341,7 @@ class Client:
             states = self._futures.want(wanted, seq)
         try:
             self._wait_all(states, fail_fast=True)
-            for k, st in zip(wanted, states):
-                if st.status == "error":
-                    assert st.exception is not None
-                    raise st.exception.with_traceback(st.traceback)
-                if st.status == "cancelled":
-                    raise _cancelled(st, k)
+            raise_if_failed(wanted, states)
             data = self._gather_keys(wanted)
         finally:
             del states
@@ -455,10 +450,7 @@ class Client:
             # the traceback keeps this frame: let go of the futures first (see Future.result)
             del futures, flat, f
             st, key = failed
-            if st.status == "error":
-                assert st.exception is not None
-                raise st.exception.with_traceback(st.traceback)
-            raise _cancelled(st, key)
+            raise_if_failed([key], [st])
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
         return rebuild(futures, data)
 

@@ -54,6 +54,17 @@ def _cancelled(state: FutureState, key: Key) -> CancelledError:
     return exc if isinstance(exc, CancelledError) else CancelledError(key)
 
 
+def raise_if_failed(keys: Iterable[Key], states: Iterable[FutureState]) -> None:
+    """Raise the first failure among ``states``: its task's own exception, with the
+    traceback it had on the worker, or the cancellation (the reason, if known)."""
+    for key, state in zip(keys, states):
+        if state.status == "error":
+            assert state.exception is not None
+            raise state.exception.with_traceback(state.traceback)
+        if state.status == "cancelled":
+            raise _cancelled(state, key)
+
+
 def check_timeout(timeout: Any) -> None:
     """A timeout is None (wait for ever) or a number of seconds, not negative."""
     if timeout is None:
