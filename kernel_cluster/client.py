@@ -28,13 +28,13 @@ from .core.scheduler_messages import (
 )
 from .core.spec import (
     Call,
-    GraphError,
     TaskSpec,
-    flatten_keys,
     graph_order,
     pack_results,
     parse_graph,
+    wanted_keys,
 )
+from .core.spec import MissingKeyError as MissingKeyError  # get's, importable here as before
 from .dask_graphs import DaskGraph, is_dask_graph
 from .diagnostics.callbacks import active_callbacks
 from .diagnostics.engine_source import EngineSource
@@ -64,13 +64,6 @@ _default_cluster: KernelCluster | None = None
 _default_users: set[str] = set()  # ids of the open clients on the default cluster
 _default_lock = threading.Lock()
 _current_client: Client | None = None
-
-
-class MissingKeyError(GraphError, KeyError):
-    """A key was asked for that the graph does not define."""
-
-    def __str__(self) -> str:  # KeyError would otherwise show the repr of the message
-        return self.args[0]
 
 
 def _default(client_id: str) -> KernelCluster:
@@ -318,19 +311,8 @@ class Client:
             specs = graph.specs
         else:
             specs = parse_graph(dsk)
-        flat = flatten_keys(keys)
-        for k in flat:
-            try:
-                present = k in specs
-            except TypeError:
-                present = False
-            if not present and graph is not None:  # a future's key, e.g. persisted
-                present = self._holds(k)
-            if not present:
-                raise MissingKeyError(
-                    f"Key {k!r} is not in the graph; it defines {len(specs)} keys "
-                    f"such as {list(specs)[:3]!r}."
-                )
+        # a dask graph may name a key a future of ours holds (a persisted collection)
+        flat = wanted_keys(specs, keys, self._holds if graph is not None else None)
         wanted = list(dict.fromkeys(flat))
         callbacks = active_callbacks()
         if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)

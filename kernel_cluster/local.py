@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import dask_graphs
-from .core.spec import evaluate, flatten_keys, graph_order, pack_results, parse_graph
+from .core.spec import evaluate, graph_order, pack_results, parse_graph, wanted_keys
 from .dask_graphs import is_dask_graph
 from .diagnostics.callbacks import CallbackRun, active_callbacks, task_scope
 from .engine.pool import in_task_thread
@@ -45,20 +45,7 @@ def get_sync(dsk: Any, keys: Any, **kwargs: Any) -> Any:
             dsk = dsk.__dask_graph__()  # what the hooks are shown
     else:
         specs = parse_graph(dsk)
-    flat = flatten_keys(keys)
-    for k in flat:
-        try:
-            present = k in specs
-        except TypeError:
-            present = False
-        if not present:
-            from .core.spec import GraphError
-
-            raise GraphError(
-                f"Key {k!r} is not in the graph; it defines {len(specs)} keys "
-                f"such as {list(specs)[:3]!r}.",
-                keys=(k,),
-            )
+    flat = wanted_keys(specs, keys)
     wanted = set(flat)
     order = graph_order(specs, list(dict.fromkeys(flat)))
     # only what the outputs need runs (the engine does the same)

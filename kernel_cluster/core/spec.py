@@ -107,6 +107,13 @@ def _rebuild_graph_error(message: str, keys: tuple[Key, ...]) -> GraphError:
     return GraphError(message, keys=keys)
 
 
+class MissingKeyError(GraphError, KeyError):
+    """A key was asked for that the graph does not define."""
+
+    def __str__(self) -> str:  # KeyError would otherwise show the repr of the message
+        return self.args[0]
+
+
 # -- evaluation ----------------------------------------------------------------------
 
 
@@ -291,6 +298,26 @@ def flatten_keys(keys: Any) -> list[Any]:
             out.extend(flatten_keys(k))
         return out
     return [keys]
+
+
+def wanted_keys(
+    specs: Mapping[Key, Any], keys: Any, held: Callable[[Key], bool] | None = None
+) -> list[Key]:
+    """The keys a ``get`` asks for, flat and in order, each one defined by the graph
+    (or ``held``, e.g. by a future); else a ``MissingKeyError`` naming it."""
+    flat = flatten_keys(keys)
+    for k in flat:
+        try:
+            present = k in specs
+        except TypeError:  # an unhashable "key"
+            present = False
+        if not present and not (held is not None and held(k)):
+            raise MissingKeyError(
+                f"Key {k!r} is not in the graph; it defines {len(specs)} keys "
+                f"such as {list(specs)[:3]!r}.",
+                keys=(k,),
+            )
+    return flat
 
 
 def pack_results(keys: Any, results: Mapping[Key, Any]) -> Any:
