@@ -111,7 +111,7 @@ class MissingKeyError(GraphError, KeyError):
     """A key was asked for that the graph does not define."""
 
     def __str__(self) -> str:  # KeyError would otherwise show the repr of the message
-        return self.args[0]
+        return str(self.args[0])
 
 
 # -- evaluation ----------------------------------------------------------------------
