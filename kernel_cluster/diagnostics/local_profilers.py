@@ -210,7 +210,8 @@ class CacheProfiler(_Recorder):
     task ends and collected when the computation ends (NaN for a value whose worker
     died first, or where the metric raised); ``sizeof`` uses the sizes the engine
     measures anyway. With embedded workers the metric runs here, on the value, as the
-    hook is called (NaN for a value spilled to disk by then: it is not read back).
+    hook is called (NaN for a value spilled to disk by then: it is not read back, or
+    where the metric raised).
     """
 
     def __init__(
@@ -258,7 +259,10 @@ class CacheProfiler(_Recorder):
         elif type(value) is RemoteValue:
             metric = None  # computed where the value lives, handed over at the finish
         else:
-            metric = float(self._metric(value))
+            try:
+                metric = float(self._metric(value))
+            except Exception:  # NaN, as where the values live: the other keys go on
+                metric = math.nan
         self._cache[key] = (metric, t)
 
     def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:

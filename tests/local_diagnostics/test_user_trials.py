@@ -1,0 +1,45 @@
+"""Defects found by using the local diagnostics as a user would (the README's
+examples, then edge cases): each test failed before its fix."""
+
+from __future__ import annotations
+
+import math
+
+from kernel_cluster import CacheProfiler, get_sync
+
+
+def scalar(x):
+    return x + 1
+
+
+def listed(n):
+    return list(range(n))
+
+
+# a value with a len(), one without, then one with again
+MIXED = {"a": (listed, 3), "b": (len, "a"), "c": (listed, "b"), "d": (scalar, "b")}
+
+
+def _metrics(cprof: CacheProfiler) -> dict:
+    return {r.key: r.metric for r in cprof.results}
+
+
+def test_cache_metric_that_raises_gives_nan_and_keeps_the_records_sync():
+    """A metric that fails on one value (len of an int) gave no record for any task
+    after it: the hook was dropped for the rest of the computation. As with worker
+    processes, that value's metric is NaN and the others are measured."""
+    with CacheProfiler(metric=len) as cprof:
+        assert get_sync(MIXED, ["c", "d"]) == [[0, 1, 2], 4]
+    metrics = _metrics(cprof)
+    assert set(metrics) == {"a", "b", "c", "d"}
+    assert metrics["a"] == 3 and metrics["c"] == 3
+    assert math.isnan(metrics["b"]) and math.isnan(metrics["d"])
+
+
+def test_cache_metric_that_raises_gives_nan_and_keeps_the_records(client):
+    with CacheProfiler(metric=len) as cprof:
+        assert client.get(MIXED, ["c", "d"]) == [[0, 1, 2], 4]
+    metrics = _metrics(cprof)
+    assert set(metrics) == {"a", "b", "c", "d"}
+    assert metrics["a"] == 3 and metrics["c"] == 3
+    assert math.isnan(metrics["b"]) and math.isnan(metrics["d"])
