@@ -118,7 +118,8 @@ class ResourceProfiler(_Recorder):
             super().__exit__(*exc)
         finally:
             self._entered -= 1
-            self._stop_sampling()
+            if not self._entered:  # (an inner ``with`` of the same one: the outer goes on)
+                self._stop_sampling()
 
     def _start(self, dsk: Any) -> None:
         self._start_sampling()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from kernel_cluster import CacheProfiler, get_sync
+from kernel_cluster import CacheProfiler, ResourceProfiler, get_sync
+from tests.engine.helpers import wait_for
 
 
 def scalar(x):
@@ -43,3 +44,16 @@ def test_cache_metric_that_raises_gives_nan_and_keeps_the_records(client):
     assert set(metrics) == {"a", "b", "c", "d"}
     assert metrics["a"] == 3 and metrics["c"] == 3
     assert math.isnan(metrics["b"]) and math.isnan(metrics["d"])
+
+
+def test_nested_resource_profiler_samples_until_the_outer_block_ends():
+    """Leaving an inner ``with`` of the same ResourceProfiler stopped its sampler
+    while the outer block was still open."""
+    rprof = ResourceProfiler(dt=0.02)
+    with rprof:
+        with rprof:
+            pass
+        assert rprof.sampling
+        n = len(rprof.results)
+        wait_for(lambda: len(rprof.results) > n + 2, timeout=10)
+    assert not rprof.sampling
