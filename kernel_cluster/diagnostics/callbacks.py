@@ -277,9 +277,10 @@ class CallbackRun:
                 fn(*args)
             except Exception:
                 logger.warning(
-                    "The %s hook of %r raised; it is not called again during this "
+                    "The %s hook %s of %r raised; it is not called again during this "
                     "computation (the computation goes on)",
                     name,
+                    getattr(fn, "__qualname__", None) or repr(fn),
                     cb,
                     exc_info=True,
                 )

@@ -3,9 +3,11 @@ examples, then edge cases): each test failed before its fix."""
 
 from __future__ import annotations
 
+import logging
 import math
 
 from kernel_cluster import CacheProfiler, ResourceProfiler, get_sync
+from kernel_cluster.diagnostics import Callback
 from tests.engine.helpers import wait_for
 
 
@@ -57,3 +59,16 @@ def test_nested_resource_profiler_samples_until_the_outer_block_ends():
         n = len(rprof.results)
         wait_for(lambda: len(rprof.results) > n + 2, timeout=10)
     assert not rprof.sampling
+
+
+def _bad_start(dsk):
+    raise RuntimeError("from a hook")
+
+
+def test_a_hook_that_raises_is_logged_by_its_function_name(caplog):
+    """The warning named only ``<Callback object at 0x...>``: with hooks passed as
+    functions, which one raised could not be told."""
+    with caplog.at_level(logging.WARNING), Callback(start=_bad_start):
+        assert get_sync({"a": (scalar, 1)}, "a") == 2
+    (record,) = [r for r in caplog.records if "hook" in r.getMessage()]
+    assert "_bad_start" in record.getMessage()
