@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import math
 
+import pytest
+
 from kernel_cluster import CacheProfiler, ResourceProfiler, get_sync
 from kernel_cluster.diagnostics import Callback
 from tests.engine.helpers import wait_for
@@ -72,3 +74,24 @@ def test_a_hook_that_raises_is_logged_by_its_function_name(caplog):
         assert get_sync({"a": (scalar, 1)}, "a") == 2
     (record,) = [r for r in caplog.records if "hook" in r.getMessage()]
     assert "_bad_start" in record.getMessage()
+
+
+DSK = {"a": (scalar, 1), "b": (scalar, "a")}
+
+
+def test_dask_own_progress_bar_says_it_sees_nothing_here_sync():
+    """``from dask.diagnostics import ProgressBar`` kept from a dask script drew
+    nothing at all around ``get_sync`` or ``scheduler=client``, silently: dask's
+    callbacks fire only in dask's local schedulers. A warning names the
+    replacement."""
+    diagnostics = pytest.importorskip("dask.diagnostics")
+    warns = pytest.warns(UserWarning, match=r"kernel_cluster\.diagnostics\.ProgressBar")
+    with warns, diagnostics.ProgressBar():
+        assert get_sync(DSK, "b") == 3
+
+
+def test_dask_own_profiler_says_it_sees_nothing_here(client):
+    diagnostics = pytest.importorskip("dask.diagnostics")
+    warns = pytest.warns(UserWarning, match=r"kernel_cluster\.diagnostics\.Profiler")
+    with warns, diagnostics.Profiler():
+        assert client.get(DSK, "b") == 3
