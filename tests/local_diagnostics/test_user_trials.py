@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import pytest
 
@@ -95,3 +96,26 @@ def test_dask_own_profiler_says_it_sees_nothing_here(client):
     warns = pytest.warns(UserWarning, match=r"kernel_cluster\.diagnostics\.Profiler")
     with warns, diagnostics.Profiler():
         assert client.get(DSK, "b") == 3
+
+
+def test_result_of_client_compute_waits_for_the_finish_hooks(client):
+    """``with CacheProfiler() as c: fut = client.compute(x); fut.result()`` then
+    ``c.results`` was sometimes empty: the hooks of ``client.compute`` run on a
+    thread of their own, and the future was done before its finish hooks had run
+    (CacheProfiler makes its records there). ``result()``, ``gather`` and ``wait``
+    now return once they have."""
+    delayed = pytest.importorskip("dask").delayed
+    finished: list[bool] = []
+
+    def slow_finish(dsk, state, errored):
+        time.sleep(0.3)  # a hook slower than the task: the race made certain
+        finished.append(errored)
+
+    x = delayed(scalar)(delayed(scalar)(1))
+    with CacheProfiler() as cprof, Callback(finish=slow_finish):
+        assert client.compute(x).result() == 3
+        assert finished == [False]
+        assert len(cprof.results) == 2
+        assert client.gather(client.compute(x + 1)) == 4
+        assert finished == [False, False]
+    assert not client._futures.hook_runs
