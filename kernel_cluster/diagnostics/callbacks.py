@@ -139,6 +139,7 @@ class Callback:
             _registered[id(self)] = self
 
     def unregister(self) -> None:
+        """No longer active for every computation (a ``with`` block still is)."""
         with _registered_lock:
             _registered.pop(id(self), None)
 

@@ -34,6 +34,7 @@ class _Recorder(Callback):
         return super().__enter__()
 
     def clear(self) -> None:
+        """Forget the records kept so far (entering a ``with`` block does it too)."""
         self.results = []
 
     def visualize(self, **kwargs: Any) -> Any:
@@ -45,6 +46,12 @@ class _Recorder(Callback):
 
 class Profiler(_Recorder):
     """One ``TaskData(key, task, start_time, end_time, worker_id)`` per task run.
+
+    >>> with Profiler() as prof:
+    ...     client.get(dsk, "c")  # or x.compute(scheduler=client), get_sync(dsk, "c")
+    >>> prof.results[0]
+    TaskData(key='a', task=(add, 1, 2), start_time=..., end_time=..., worker_id=0)
+    >>> prof.visualize()  # writes profile.html (a widget in a notebook)
 
     The times are those the worker measured around the task's own run (not the
     times the hooks were called at); ``worker_id`` numbers the (worker, thread)
@@ -87,6 +94,11 @@ def _task(dsk: Any, key: Any) -> Any:
 class ResourceProfiler(_Recorder):
     """``ResourceData(time, mem, cpu)`` every ``dt`` seconds: memory (MB) and CPU
     (percent, 100 per busy core) of this process and its worker processes together.
+
+    >>> with ResourceProfiler(dt=0.25) as rprof:
+    ...     client.get(dsk, "c")
+    >>> rprof.results[0]
+    ResourceData(time=..., mem=74.1, cpu=0.0)
 
     A separate process samples them (``resource_sampler``), so a computation holding
     the GIL here cannot delay or skew the samples. It runs from entering the ``with``
@@ -205,6 +217,12 @@ class CacheProfiler(_Recorder):
     """``CacheData(key, task, metric, cache_time, free_time)`` per result held in
     memory: when the task made it, when the engine freed it (or the computation
     ended), and ``metric(value)`` (1 by default: the plots count results).
+    ``metric_name`` labels the plot (the function's name by default).
+
+    >>> with CacheProfiler(metric=kernel_cluster.sizeof, metric_name="bytes") as cprof:
+    ...     client.get(dsk, "c")
+    >>> cprof.results[0]
+    CacheData(key='a', task=(add, 1, 2), metric=28.0, cache_time=..., free_time=...)
 
     With worker processes the values stay there, and so does the metric's work: a
     ``metric`` other than ``kernel_cluster.sizeof`` is computed in the worker as each
