@@ -122,7 +122,11 @@ class ResourceProfiler(_Recorder):
     def __enter__(self) -> Any:
         out = super().__enter__()
         self._entered += 1
-        self._start_sampling()
+        try:
+            self._start_sampling()
+        except BaseException:  # a Ctrl-C while the sampler starts: the block never ran
+            self.__exit__(None, None, None)
+            raise
         return out
 
     def __exit__(self, *exc: Any) -> None:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import signal
+import threading
 import time
 
+import psutil
 import pytest
 
 from kernel_cluster import CacheProfiler, ResourceProfiler, get_sync
 from kernel_cluster.diagnostics import Callback
+from kernel_cluster.diagnostics.callbacks import active_callbacks
 from tests.engine.helpers import wait_for
 
 
@@ -119,3 +124,41 @@ def test_result_of_client_compute_waits_for_the_finish_hooks(client):
         assert client.gather(client.compute(x + 1)) == 4
         assert finished == [False, False]
     assert not client._futures.hook_runs
+
+
+def _samplers() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and any(
+                "resource_sampler" in a for a in p.cmdline()
+            ):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def test_ctrl_c_while_the_resource_profiler_starts_leaves_no_sampler():
+    """A Ctrl-C while ``with ResourceProfiler():`` waited for its sampler's first
+    sample left the sampler process running for the life of the kernel, and the
+    profiler active in that context (the ``with`` block was never entered, so never
+    left)."""
+
+    def interrupt_once_the_sampler_runs():
+        deadline = time.monotonic() + 10
+        while not _samplers() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    rprof = ResourceProfiler(dt=0.05)
+    thread = threading.Thread(target=interrupt_once_the_sampler_runs)
+    thread.start()
+    try:
+        with pytest.raises(KeyboardInterrupt), rprof:
+            time.sleep(10)  # (not reached unless the interrupt came late)
+    finally:
+        thread.join()
+    assert not rprof.sampling
+    wait_for(lambda: not _samplers(), timeout=10, what="the sampler to end")
+    assert rprof not in active_callbacks()
