@@ -117,6 +117,7 @@ class ResourceProfiler(_Recorder):
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._entered = 0
+        self._computing: set[int] = set()  # id(state) of the computations followed
         self._lock = threading.Lock()
 
     def __enter__(self) -> Any:
@@ -137,11 +138,14 @@ class ResourceProfiler(_Recorder):
             if not self._entered:  # (an inner ``with`` of the same one: the outer goes on)
                 self._stop_sampling()
 
-    def _start(self, dsk: Any) -> None:
+    def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+        self._computing.add(id(state))
         self._start_sampling()
 
     def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:
-        if not self._entered:
+        # (registered: computations overlap, e.g. client.compute; the last one stops)
+        self._computing.discard(id(state))
+        if not self._entered and not self._computing:
             self._stop_sampling()
 
     def close(self) -> None:
@@ -213,6 +217,11 @@ class ResourceProfiler(_Recorder):
         self.results = []
 
 
+def _run_id(state: Any) -> int:
+    """A computation's identity (posttask's ``id`` argument hides the builtin)."""
+    return id(state)
+
+
 def _count(value: Any) -> int:
     return 1
 
@@ -259,16 +268,12 @@ class CacheProfiler(_Recorder):
         custom = metric is not None and metric is not sizeof
         self.uses_result = custom
         self.value_metric: Callable[[Any], Any] | None = metric if custom else None
-        self._cache: dict[Any, tuple[float | None, float]] = {}
-        self._dsk: Any = None
+        # id(state) of each computation -> key -> (metric, cache time)
+        self._cache: dict[int, dict[Any, tuple[float | None, float]]] = {}
 
     @property
     def metric_name(self) -> str:
         return self._metric_name
-
-    def _start(self, dsk: Any) -> None:
-        self._cache = {}
-        self._dsk = dsk
 
     def _posttask(self, key: Any, value: Any, dsk: Any, state: dict[str, Any], id: Any) -> None:
         # when the engine had it (the clock its frees are timed on), else now
@@ -286,21 +291,20 @@ class CacheProfiler(_Recorder):
                 metric = float(self._metric(value))
             except Exception:  # NaN, as where the values live: the other keys go on
                 metric = math.nan
-        self._cache[key] = (metric, t)
+        # per computation: several may overlap (client.compute), each ends on its own
+        self._cache.setdefault(_run_id(state), {})[key] = (metric, t)
 
     def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:
         now = time.time()
         frees = state.get("free_times", {})
         measured = state.get("value_metrics", {})
         out = []
-        for key, (metric, t) in self._cache.items():
+        for key, (metric, t) in self._cache.pop(_run_id(state), {}).items():
             if metric is None:
                 metric = measured.get(key, {}).get(self._metric, math.nan)
             out.append(CacheData(key, _task(dsk, key), metric, t, frees.get(key, now)))
         out.sort(key=lambda r: (r.free_time, r.cache_time))
         self.results.extend(out)
-        self._cache = {}
-        self._dsk = None
 
     def clear(self) -> None:
         self.results = []

@@ -3,6 +3,7 @@ examples, then edge cases): each test failed before its fix."""
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -13,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from kernel_cluster import CacheProfiler, ResourceProfiler, get_sync
+from kernel_cluster import CacheProfiler, ProgressBar, ResourceProfiler, get_sync
 from kernel_cluster.diagnostics import Callback
 from kernel_cluster.diagnostics.callbacks import active_callbacks
 from tests.engine.helpers import wait_for
@@ -162,3 +163,37 @@ def test_ctrl_c_while_the_resource_profiler_starts_leaves_no_sampler():
     assert not rprof.sampling
     wait_for(lambda: not _samplers(), timeout=10, what="the sampler to end")
     assert rprof not in active_callbacks()
+
+
+def nap(x, seconds):
+    time.sleep(seconds)
+    return x
+
+
+def _bar_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ProgressBar"]
+
+
+def test_overlapping_computations_each_get_their_bar_and_records(client):
+    """Two ``client.compute`` calls under one ProgressBar / CacheProfiler /
+    registered ResourceProfiler overlap (each returns at once). The second start
+    replaced the first's timer, whose thread then drew for ever; it emptied
+    CacheProfiler's records of the first; and the first finish stopped the
+    ResourceProfiler's sampler while the second still ran."""
+    delayed = pytest.importorskip("dask").delayed
+    out = io.StringIO()
+    rprof = ResourceProfiler(dt=0.05)
+    rprof.register()
+    try:
+        with ProgressBar(out=out), CacheProfiler() as cprof:
+            slow = client.compute(delayed(nap)(delayed(nap)(1, 0.2), 0.6))
+            quick = client.compute(delayed(nap)(delayed(nap)(2, 0.2), 0))
+            assert quick.result() == 2
+            assert rprof.sampling  # the slow one still runs
+            assert slow.result() == 1
+    finally:
+        rprof.unregister()
+    wait_for(lambda: not _bar_threads(), timeout=10, what="the bars' threads to end")
+    assert out.getvalue().count("100% Completed") == 2
+    assert len(cprof.results) == 4
+    assert not rprof.sampling
