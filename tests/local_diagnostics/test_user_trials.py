@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from kernel_cluster import CacheProfiler, ProgressBar, ResourceProfiler, get_sync
+from kernel_cluster.core.spec import GraphError
 from kernel_cluster.diagnostics import Callback
 from kernel_cluster.diagnostics.callbacks import active_callbacks
 from tests.engine.helpers import wait_for
@@ -197,3 +198,14 @@ def test_overlapping_computations_each_get_their_bar_and_records(client):
     assert out.getvalue().count("100% Completed") == 2
     assert len(cprof.results) == 4
     assert not rprof.sampling
+
+
+def test_get_sync_on_a_persisted_collection_says_what_to_do(client):
+    """``x = client.persist(...)`` then ``x.sum().compute(scheduler=get_sync)`` was
+    told to "persist the collection with this client first", which it was:
+    get_sync, which runs in this thread, cannot read a cluster's futures."""
+    da = pytest.importorskip("dask.array")
+    x = client.persist(da.ones(10, chunks=5))
+    with pytest.raises(GraphError, match=r"get_sync.*cannot read.*scheduler=client"):
+        x.sum().compute(scheduler=get_sync)
+    assert x.sum().compute(scheduler=client) == 10
