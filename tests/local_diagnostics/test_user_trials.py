@@ -175,6 +175,10 @@ def _bar_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "ProgressBar"]
 
 
+def _set(event: threading.Event):
+    return lambda *args: event.set()
+
+
 def test_overlapping_computations_each_get_their_bar_and_records(client):
     """Two ``client.compute`` calls under one ProgressBar / CacheProfiler /
     registered ResourceProfiler overlap (each returns at once). The second start
@@ -186,8 +190,10 @@ def test_overlapping_computations_each_get_their_bar_and_records(client):
     rprof = ResourceProfiler(dt=0.05)
     rprof.register()
     try:
-        with ProgressBar(out=out), CacheProfiler() as cprof:
+        posted = threading.Event()
+        with ProgressBar(out=out), CacheProfiler() as cprof, Callback(posttask=_set(posted)):
             slow = client.compute(delayed(nap)(delayed(nap)(1, 0.2), 0.6))
+            assert posted.wait(10)  # the first has a record pending when the second starts
             quick = client.compute(delayed(nap)(delayed(nap)(2, 0.2), 0))
             assert quick.result() == 2
             assert rprof.sampling  # the slow one still runs
