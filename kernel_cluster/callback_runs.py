@@ -194,13 +194,24 @@ def compute_with_callbacks(
         er.end(True)
         raise
     state = future._state  # not the future: the thread must not keep the key wanted
-    thread = threading.Thread(target=er.follow, args=(state,), name=er.token, daemon=True)
+    thread = threading.Thread(target=_follow, args=(er, state), name=er.token, daemon=True)
+    runs = client._futures.hook_runs
+    runs[state] = (threading.Event(), thread)  # result() waits for the finish hooks
     thread.start()
     client._on_done(state, lambda: er.events.put(_DONE))
     # a future dropped before it is done gets no report (its key is released): its
     # callbacks finish then, with errored=True, and the thread ends
     weakref.finalize(future, er.events.put, _DONE)
     return future
+
+
+def _follow(er: _EngineRun, state: Any) -> None:
+    """``er.follow``, then let the future's waiters go (``FutureRegistry.wait_hooks``)."""
+    try:
+        er.follow(state)
+    finally:
+        done, _ = er.client._futures.hook_runs.pop(state)
+        done.set()
 
 
 def _drain(run: CallbackRun, events: Any, processes: bool) -> None:

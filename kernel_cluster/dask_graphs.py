@@ -111,10 +111,13 @@ def convert(dsk: Any, client: Any) -> DaskGraph:
     for key, spec in specs.items():
         for dep in spec.dependencies:
             if dep not in specs and dep not in held and not client._holds(dep):
+                hint = getattr(client, "missing_key_hint", None) or (
+                    "Pass the whole graph (or persist the collection it comes from with "
+                    "this client first)."
+                )
                 raise GraphError(
                     f"Task {key!r} needs key {dep!r}, which the graph does not define and no "
-                    "future holds. Pass the whole graph (or persist the collection it comes "
-                    "from with this client first).",
+                    f"future holds. {hint}",
                     keys=(key, dep),
                 )
     check_acyclic(specs)

@@ -321,6 +321,9 @@ class FutureRegistry:
         self.tracking = True
         self._schedule_flush = schedule_flush
         self._unpack = unpack
+        # client.compute's runs of local callbacks still calling hooks, by future
+        # state: waiting for such a future waits for its finish hooks too
+        self.hook_runs: dict[FutureState, tuple[threading.Event, threading.Thread]] = {}
 
     # -- reference counting ------------------------------------------------------------
 
@@ -436,14 +439,27 @@ class FutureRegistry:
         check_timeout(timeout)
         with self.lock:
             if state.done():
-                return
-            if state.event is None:
-                state.event = threading.Event()
-            event = state.event
-        if not event.wait(timeout):
+                event = None
+            else:
+                if state.event is None:
+                    state.event = threading.Event()
+                event = state.event
+        if event is not None and not event.wait(timeout):
             raise TimeoutError(
                 f"Future {key!r} is not done after {timeout} s; the task keeps running."
             )
+        if self.hook_runs:
+            self.wait_hooks([state])
+
+    def wait_hooks(self, states: list[FutureState]) -> None:
+        """Until the local callbacks following these futures (``client.compute`` in a
+        ``with Profiler():``) have run their finish hooks: a profiler's ``results``
+        are complete once ``result()`` returns. Not from a hook's own thread."""
+        me = threading.current_thread()
+        for st in states:
+            run = self.hook_runs.get(st)
+            if run is not None and run[1] is not me:
+                run[0].wait()
 
     def wait_all(self, states: list[FutureState], fail_fast: bool) -> None:
         """Until every state is done (or, with ``fail_fast``, one is not "finished").
@@ -454,6 +470,8 @@ class FutureRegistry:
         latch = self.latch(states, fail_fast)
         if latch is not None:
             latch.event.wait()
+        if self.hook_runs:
+            self.wait_hooks([st for st in states if st.done()])
 
     def latch(
         self,

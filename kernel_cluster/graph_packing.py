@@ -40,9 +40,13 @@ def dumps_task(key: Key, spec: TaskSpec) -> bytes:
         return cloudpickle.dumps(spec, protocol=5)
     except Exception as exc:
         call = spec.expr
-        parts: list[tuple[str, Any]] = [("the function", call.func)]
-        parts += [(f"argument {i}", a) for i, a in enumerate(call.args)]
-        parts += [(f"keyword argument {k!r}", v) for k, v in (call.kwargs or {}).items()]
+        parts: list[tuple[str, Any]]
+        if isinstance(call, Call):
+            parts = [("the function", call.func)]
+            parts += [(f"argument {i}", a) for i, a in enumerate(call.args)]
+            parts += [(f"keyword argument {k!r}", v) for k, v in (call.kwargs or {}).items()]
+        else:  # a dict graph's plain value ({"x": obj}), or a structure of them
+            parts = [("the value", call)]
         for what, obj in parts:
             try:
                 cloudpickle.dumps(obj, protocol=5)

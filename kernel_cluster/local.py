@@ -29,6 +29,11 @@ class _NoClient:
     future is held, and futures in the graph belong to no cluster of ours."""
 
     cluster = None
+    missing_key_hint = (
+        "get_sync runs the graph in this thread, without a cluster: it cannot read a "
+        "persisted collection's pieces (futures). Compute it where it was persisted "
+        "(scheduler=client), or build it again without persist()."
+    )
 
     def _holds(self, key: Any) -> bool:
         return False

@@ -24,7 +24,9 @@ thread (``get_sync``).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, NamedTuple
@@ -137,6 +139,7 @@ class Callback:
             _registered[id(self)] = self
 
     def unregister(self) -> None:
+        """No longer active for every computation (a ``with`` block still is)."""
         with _registered_lock:
             _registered.pop(id(self), None)
 
@@ -166,6 +169,9 @@ def active_callbacks() -> tuple[Callback, ...]:
     enclosing ``with`` blocks, then the registered ones (each once). Cheap when there
     are none: one context-variable read and one dict test."""
     scoped = _scoped.get()
+    dask_callbacks = sys.modules.get("dask.callbacks")
+    if dask_callbacks is not None and getattr(dask_callbacks.Callback, "active", None):
+        _warn_dask_callbacks(dask_callbacks.Callback.active)
     if not _registered and not scoped:
         return ()
     if in_task():
@@ -174,6 +180,28 @@ def active_callbacks() -> tuple[Callback, ...]:
         registered = list(_registered.values())
     out = list(dict.fromkeys([*scoped, *registered]))
     return tuple(out)
+
+
+def _warn_dask_callbacks(active: Any) -> None:
+    """Dask's own callbacks fire only in dask's local schedulers: one kept from a
+    dask script (``from dask.diagnostics import ProgressBar``) would show nothing
+    here, silently. Say so, naming ours."""
+    names = set()
+    for hooks in list(active):
+        owner = next((getattr(h, "__self__", None) for h in hooks if h is not None), None)
+        names.add(type(owner).__name__ if owner is not None else "Callback")
+    for name in sorted(names):
+        ours = name if name in _OURS else "Callback"
+        warnings.warn(
+            f"dask's {name} is active, but dask's callbacks see only dask's own "
+            f"schedulers, not this computation; use kernel_cluster.diagnostics.{ours} "
+            "instead (the same API).",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+_OURS = ("CacheProfiler", "Callback", "ProgressBar", "Profiler", "ResourceProfiler")
 
 
 class RemoteValue(NamedTuple):
@@ -277,9 +305,10 @@ class CallbackRun:
                 fn(*args)
             except Exception:
                 logger.warning(
-                    "The %s hook of %r raised; it is not called again during this "
+                    "The %s hook %s of %r raised; it is not called again during this "
                     "computation (the computation goes on)",
                     name,
+                    getattr(fn, "__qualname__", None) or repr(fn),
                     cb,
                     exc_info=True,
                 )

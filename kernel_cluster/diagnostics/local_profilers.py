@@ -34,6 +34,7 @@ class _Recorder(Callback):
         return super().__enter__()
 
     def clear(self) -> None:
+        """Forget the records kept so far (entering a ``with`` block does it too)."""
         self.results = []
 
     def visualize(self, **kwargs: Any) -> Any:
@@ -45,6 +46,12 @@ class _Recorder(Callback):
 
 class Profiler(_Recorder):
     """One ``TaskData(key, task, start_time, end_time, worker_id)`` per task run.
+
+    >>> with Profiler() as prof:
+    ...     client.get(dsk, "c")  # or x.compute(scheduler=client), get_sync(dsk, "c")
+    >>> prof.results[0]
+    TaskData(key='a', task=(add, 1, 2), start_time=..., end_time=..., worker_id=0)
+    >>> prof.visualize()  # writes profile.html (a widget in a notebook)
 
     The times are those the worker measured around the task's own run (not the
     times the hooks were called at); ``worker_id`` numbers the (worker, thread)
@@ -88,6 +95,11 @@ class ResourceProfiler(_Recorder):
     """``ResourceData(time, mem, cpu)`` every ``dt`` seconds: memory (MB) and CPU
     (percent, 100 per busy core) of this process and its worker processes together.
 
+    >>> with ResourceProfiler(dt=0.25) as rprof:
+    ...     client.get(dsk, "c")
+    >>> rprof.results[0]
+    ResourceData(time=..., mem=74.1, cpu=0.0)
+
     A separate process samples them (``resource_sampler``), so a computation holding
     the GIL here cannot delay or skew the samples. It runs from entering the ``with``
     block to leaving it (registered: from each computation's start to its finish),
@@ -105,12 +117,17 @@ class ResourceProfiler(_Recorder):
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._entered = 0
+        self._computing: set[int] = set()  # id(state) of the computations followed
         self._lock = threading.Lock()
 
     def __enter__(self) -> Any:
         out = super().__enter__()
         self._entered += 1
-        self._start_sampling()
+        try:
+            self._start_sampling()
+        except BaseException:  # a Ctrl-C while the sampler starts: the block never ran
+            self.__exit__(None, None, None)
+            raise
         return out
 
     def __exit__(self, *exc: Any) -> None:
@@ -118,13 +135,17 @@ class ResourceProfiler(_Recorder):
             super().__exit__(*exc)
         finally:
             self._entered -= 1
-            self._stop_sampling()
+            if not self._entered:  # (an inner ``with`` of the same one: the outer goes on)
+                self._stop_sampling()
 
-    def _start(self, dsk: Any) -> None:
+    def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+        self._computing.add(id(state))
         self._start_sampling()
 
     def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:
-        if not self._entered:
+        # (registered: computations overlap, e.g. client.compute; the last one stops)
+        self._computing.discard(id(state))
+        if not self._entered and not self._computing:
             self._stop_sampling()
 
     def close(self) -> None:
@@ -196,6 +217,11 @@ class ResourceProfiler(_Recorder):
         self.results = []
 
 
+def _run_id(state: Any) -> int:
+    """A computation's identity (posttask's ``id`` argument hides the builtin)."""
+    return id(state)
+
+
 def _count(value: Any) -> int:
     return 1
 
@@ -204,13 +230,20 @@ class CacheProfiler(_Recorder):
     """``CacheData(key, task, metric, cache_time, free_time)`` per result held in
     memory: when the task made it, when the engine freed it (or the computation
     ended), and ``metric(value)`` (1 by default: the plots count results).
+    ``metric_name`` labels the plot (the function's name by default).
+
+    >>> with CacheProfiler(metric=kernel_cluster.sizeof, metric_name="bytes") as cprof:
+    ...     client.get(dsk, "c")
+    >>> cprof.results[0]
+    CacheData(key='a', task=(add, 1, 2), metric=28.0, cache_time=..., free_time=...)
 
     With worker processes the values stay there, and so does the metric's work: a
     ``metric`` other than ``kernel_cluster.sizeof`` is computed in the worker as each
     task ends and collected when the computation ends (NaN for a value whose worker
     died first, or where the metric raised); ``sizeof`` uses the sizes the engine
     measures anyway. With embedded workers the metric runs here, on the value, as the
-    hook is called (NaN for a value spilled to disk by then: it is not read back).
+    hook is called (NaN for a value spilled to disk by then: it is not read back, or
+    where the metric raised).
     """
 
     def __init__(
@@ -235,16 +268,12 @@ class CacheProfiler(_Recorder):
         custom = metric is not None and metric is not sizeof
         self.uses_result = custom
         self.value_metric: Callable[[Any], Any] | None = metric if custom else None
-        self._cache: dict[Any, tuple[float | None, float]] = {}
-        self._dsk: Any = None
+        # id(state) of each computation -> key -> (metric, cache time)
+        self._cache: dict[int, dict[Any, tuple[float | None, float]]] = {}
 
     @property
     def metric_name(self) -> str:
         return self._metric_name
-
-    def _start(self, dsk: Any) -> None:
-        self._cache = {}
-        self._dsk = dsk
 
     def _posttask(self, key: Any, value: Any, dsk: Any, state: dict[str, Any], id: Any) -> None:
         # when the engine had it (the clock its frees are timed on), else now
@@ -258,22 +287,24 @@ class CacheProfiler(_Recorder):
         elif type(value) is RemoteValue:
             metric = None  # computed where the value lives, handed over at the finish
         else:
-            metric = float(self._metric(value))
-        self._cache[key] = (metric, t)
+            try:
+                metric = float(self._metric(value))
+            except Exception:  # NaN, as where the values live: the other keys go on
+                metric = math.nan
+        # per computation: several may overlap (client.compute), each ends on its own
+        self._cache.setdefault(_run_id(state), {})[key] = (metric, t)
 
     def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:
         now = time.time()
         frees = state.get("free_times", {})
         measured = state.get("value_metrics", {})
         out = []
-        for key, (metric, t) in self._cache.items():
+        for key, (metric, t) in self._cache.pop(_run_id(state), {}).items():
             if metric is None:
                 metric = measured.get(key, {}).get(self._metric, math.nan)
             out.append(CacheData(key, _task(dsk, key), metric, t, frees.get(key, now)))
         out.sort(key=lambda r: (r.free_time, r.cache_time))
         self.results.extend(out)
-        self._cache = {}
-        self._dsk = None
 
     def clear(self) -> None:
         self.results = []

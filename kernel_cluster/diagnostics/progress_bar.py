@@ -68,11 +68,11 @@ class ProgressBar(Callback):
         self.width = int(width)
         self.dt = dt
         self._out = out
-        self._state: dict[str, Any] | None = None
+        self._state: dict[str, Any] | None = None  # the latest computation's
         self._t0 = 0.0
-        self._stop = threading.Event()
-        self._timer: threading.Thread | None = None
-        self._widget_stop: Callable[[], None] | None = None
+        self._runs: dict[int, _Run] = {}  # id(state) -> the bar of each computation
+        self._lock = threading.Lock()
+        self._starting = threading.local()
         self._drawn = False
         self.last_elapsed = 0.0
 
@@ -81,39 +81,38 @@ class ProgressBar(Callback):
         return self._out if self._out is not None else sys.stdout
 
     def _start(self, dsk: Any) -> None:
-        self._state = None
         self._drawn = False
-        self._t0 = time.perf_counter()
+        self._starting.t0 = time.perf_counter()  # (start_state follows in this thread)
 
     def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
-        self._state = state
+        t0 = getattr(self._starting, "t0", None) or time.perf_counter()
+        self._starting.t0 = None
+        bar = _Run(state, t0)
+        with self._lock:
+            self._runs[id(state)] = bar
+        self._state, self._t0 = state, t0
         client = state.get("client")
         if client is not None and _notebook_display is not None:
-            self._widget_stop = _notebook_display(client)
-            if self._widget_stop is not None:
+            bar.widget_stop = _notebook_display(client)
+            if bar.widget_stop is not None:
                 return
-        self._stop = stop = threading.Event()
-        self._timer = threading.Thread(
-            target=self._tick, args=(stop,), name="ProgressBar", daemon=True
+        bar.timer = threading.Thread(
+            target=self._tick, args=(bar,), name="ProgressBar", daemon=True
         )
-        self._timer.start()
+        bar.timer.start()
 
     def _pretask(self, key: Any, dsk: Any, state: dict[str, Any]) -> None:
         pass  # (declared so that the engine reports tasks: the bar counts them)
 
-    def _tick(self, stop: threading.Event) -> None:
-        while not stop.wait(self.dt):
-            elapsed = time.perf_counter() - self._t0
+    def _tick(self, bar: _Run) -> None:
+        while not bar.stop.wait(self.dt):
+            elapsed = time.perf_counter() - bar.t0
             if elapsed >= self.minimum:
-                self._draw(self.fraction(), elapsed)
+                self._draw(_fraction(bar.state), elapsed)
 
     def fraction(self) -> float:
-        """The share of the computation's tasks finished."""
-        state = self._state
-        if not state:
-            return 0.0
-        total = len(state["dependencies"])
-        return len(state["finished"]) / total if total else 1.0
+        """The share of the (latest) computation's tasks finished."""
+        return _fraction(self._state)
 
     def _draw(self, fraction: float, elapsed: float, end: str = "") -> None:
         fraction = min(max(fraction, 0.0), 1.0)
@@ -129,15 +128,40 @@ class ProgressBar(Callback):
         self._drawn = True
 
     def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:
-        elapsed = time.perf_counter() - self._t0
+        with self._lock:
+            bar = self._runs.pop(id(state), None)
+        if bar is None:  # (its start_state hook raised: nothing was started)
+            return
+        elapsed = time.perf_counter() - bar.t0
         self.last_elapsed = elapsed
-        self._stop.set()
-        timer, self._timer = self._timer, None
-        if timer is not None and timer is not threading.current_thread():
-            timer.join()
-        widget_stop, self._widget_stop = self._widget_stop, None
-        if widget_stop is not None:
-            widget_stop()
+        bar.stop.set()
+        if bar.timer is not None and bar.timer is not threading.current_thread():
+            bar.timer.join()
+        if bar.widget_stop is not None:
+            bar.widget_stop()
         elif elapsed >= self.minimum:
-            self._draw(self.fraction() if errored else 1.0, elapsed, end="\n")
-        self._state = None
+            self._draw(_fraction(state) if errored else 1.0, elapsed, end="\n")
+        if self._state is state:
+            self._state = None
+
+
+class _Run:
+    """One computation's bar: a registered ProgressBar (or one ``with`` block around
+    several ``client.compute`` calls) follows overlapping computations, each with its
+    own timer, ended by its own finish."""
+
+    __slots__ = ("state", "stop", "t0", "timer", "widget_stop")
+
+    def __init__(self, state: dict[str, Any], t0: float) -> None:
+        self.state = state
+        self.t0 = t0
+        self.stop = threading.Event()
+        self.timer: threading.Thread | None = None
+        self.widget_stop: Callable[[], None] | None = None
+
+
+def _fraction(state: dict[str, Any] | None) -> float:
+    if not state:
+        return 0.0
+    total = len(state["dependencies"])
+    return len(state["finished"]) / total if total else 1.0

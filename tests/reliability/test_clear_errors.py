@@ -222,3 +222,14 @@ def test_memory_sampler_plot_without_matplotlib(client, monkeypatch):
     monkeypatch.setitem(sys.modules, "bqplot", None)
     with pytest.raises(ImportError, match=r"needs bqplot: `pip install kernel-cluster\[widgets\]`"):
         ms.plot(backend="bqplot")
+
+
+def test_a_dict_graph_value_that_cannot_travel_is_named():
+    """A task that is a plain value, not a call (``{"x": lock}``, or a future put in a
+    dict graph given to ``client.get`` with worker processes), made the error report
+    itself fail: ``AttributeError: ... has no attribute 'func'`` hid the cause."""
+    from kernel_cluster.core.spec import TaskSpec
+    from kernel_cluster.graph_packing import dumps_task
+
+    with pytest.raises(SerializationError, match=r"the value of task 'x'.*lock"):
+        dumps_task("x", TaskSpec(threading.Lock(), frozenset()))
