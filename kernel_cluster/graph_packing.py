@@ -119,7 +119,25 @@ def replace_futures(obj: Any, deps: set, client: Any) -> Any:
         return [replace_futures(v, deps, client) for v in obj]
     if t is dict:
         return {k: replace_futures(v, deps, client) for k, v in obj.items()}
+    if "dask" in sys.modules and hasattr(t, "__dask_graph__"):
+        _refuse_collection(obj)
     return obj
+
+
+def _refuse_collection(obj: Any) -> None:
+    """A dask collection given as a task's argument would reach the task unevaluated
+    (a lazy graph, computed by nobody or by dask's local scheduler inside the worker):
+    say so, and how to pass its value."""
+    from dask.base import is_dask_collection
+
+    if is_dask_collection(obj):
+        name = type(obj).__name__
+        raise TypeError(
+            f"A dask collection ({name}) was passed as a task's argument; the task would "
+            f"get the lazy {name}, not its value. Pass client.compute(x) instead (a future "
+            "of its value), or build the call with dask.delayed and compute it with "
+            "scheduler=client."
+        )
 
 
 def collect_futures(obj: Any, out: list[Future]) -> None:

@@ -257,3 +257,18 @@ def test_the_profile_is_kept_by_dask_prefix(client):
     x = da.ones((4,), chunks=2).map_blocks(spin, dtype=float)
     assert x.sum().compute(scheduler=client, optimize_graph=False) == 4
     wait_for(lambda: client.profile(prefix="spin")["count"] > 0, what="spin's profile")
+
+
+def test_a_collection_given_to_submit_or_map_is_refused_with_the_fix(client):
+    """A task would get the lazy collection, not its value (and a result that is a
+    graph): submit and map say so, and how to pass the value, before anything runs."""
+    x = da.ones((10,), chunks=5)
+    for submit in (
+        lambda: client.submit(np.sum, x),
+        lambda: client.submit(len, [x]),
+        lambda: client.submit(np.sum, a=dask.delayed(sum)([1, 2])),
+        lambda: client.map(np.sum, [x]),
+    ):
+        with pytest.raises(TypeError, match=r"dask collection \(\w+\).*client\.compute\(x\)"):
+            submit()
+    assert client.submit(np.sum, client.compute(x)).result() == 10  # the way it names
