@@ -385,19 +385,40 @@ class Client:
     # ``get`` as a scheduler, if it is not asynchronous: this one never is
     asynchronous = False
 
-    def compute(self, collections: Any, optimize_graph: bool = True, **kwargs: Any) -> Any:
+    def compute(
+        self,
+        collections: Any,
+        optimize_graph: bool = True,
+        sync: bool = False,
+        workers: Iterable[str] | str | None = None,
+        allow_other_workers: bool = False,
+        retries: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Start computing a dask collection (or a list of them); a Future of its final
-        value each (what ``dask.compute`` would return for it)."""
+        value each (what ``dask.compute`` would return for it), or with ``sync=True``
+        the values themselves. ``workers``/``retries`` apply to each of its tasks, as
+        ``dask.annotate`` would; other keywords are ignored with a warning."""
         self._check_running()
-        if isinstance(collections, (list, tuple)):
-            return [self.compute(c, optimize_graph, **kwargs) for c in collections]
+        dask_graphs.refuse_options("compute", kwargs)
+        if isinstance(collections, (list, tuple)) or sync:
+            many = isinstance(collections, (list, tuple))
+            futures = [
+                self.compute(c, optimize_graph, False, workers, allow_other_workers, retries)
+                for c in (collections if many else [collections])
+            ]
+            if sync:
+                futures = self.gather(futures)
+            return futures if many else futures[0]
         if not dask_graphs.is_collection(collections):
             raise TypeError(
                 f"compute() takes dask collections, got {type(collections).__name__}; "
                 "use submit() for a function call."
             )
         expr, key = dask_graphs.collection_graph(collections, optimize_graph)
-        graph = dask_graphs.convert(expr, self)
+        graph = dask_graphs.apply_options(
+            dask_graphs.convert(expr, self), workers, allow_other_workers, retries
+        )
         callbacks = active_callbacks()
         if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)
             return compute_with_callbacks(self, expr, graph.specs, key, graph, callbacks)
@@ -405,10 +426,21 @@ class Client:
         with self._lock:
             return self._future(key, self._enqueue(event))
 
-    def persist(self, collections: Any, optimize_graph: bool = True, **kwargs: Any) -> Any:
+    def persist(
+        self,
+        collections: Any,
+        optimize_graph: bool = True,
+        workers: Iterable[str] | str | None = None,
+        allow_other_workers: bool = False,
+        retries: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Start computing a dask collection (or a list of them) and return the same
-        kind of collection, made of futures: computing it later reuses them."""
+        kind of collection, made of futures: computing it later reuses them.
+        ``workers``/``retries`` as for ``compute``; other keywords (what
+        ``dask.persist`` passes on) are ignored with a warning."""
         self._check_running()
+        dask_graphs.refuse_options("persist", kwargs)
         many = isinstance(collections, (list, tuple))
         colls = list(collections) if many else [collections]
         for c in colls:
@@ -418,7 +450,9 @@ class Client:
                     "use submit() for a function call."
                 )
         expr, keys = dask_graphs.persist_graph(colls, optimize_graph)
-        graph = dask_graphs.convert(expr, self)
+        graph = dask_graphs.apply_options(
+            dask_graphs.convert(expr, self), workers, allow_other_workers, retries
+        )
         wanted = list(dict.fromkeys(k for ks in keys for k in ks))
         event = self._graph_event(graph.specs, wanted, graph)
         with self._lock:

@@ -272,3 +272,29 @@ def test_a_collection_given_to_submit_or_map_is_refused_with_the_fix(client):
         with pytest.raises(TypeError, match=r"dask collection \(\w+\).*client\.compute\(x\)"):
             submit()
     assert client.submit(np.sum, client.compute(x)).result() == 10  # the way it names
+
+
+def test_compute_and_persist_act_on_their_keywords(client, tmp_path):
+    """distributed's keywords of compute/persist do what they say there, or warn:
+    none is dropped unseen (sync=True used to return a Future, workers= to run
+    anywhere)."""
+    x = da.arange(40, chunks=10)
+    assert client.compute(x.sum(), sync=True) == 780
+    assert client.compute([x.sum(), x.max()], sync=True) == [780, 39]
+
+    workers = sorted(client.scheduler_info()["workers"])
+    with client.get_task_stream() as ts:
+        y = client.persist(x + 1, workers=workers[1])
+        assert client.compute(y.sum(), workers=[workers[1]], sync=True) == 820
+    assert ts.data and {r["worker"] for r in ts.data} == {workers[1]}
+
+    ok = dask.delayed(flaky)(str(tmp_path / "ok"), 2)
+    assert client.compute(ok, retries=2).result() == 2
+    again = dask.delayed(flaky)(str(tmp_path / "again"), 1)
+    assert client.persist(again, retries=1).compute(scheduler=client) == 1
+
+    with pytest.warns(UserWarning, match=r"compute\(\) ignores 'fifo_timeout'"):
+        assert client.compute(x.sum(), fifo_timeout="1s").result() == 780
+    with pytest.warns(UserWarning, match=r"persist\(\) ignores 'num_workers'"):
+        (z,) = dask.persist(x, scheduler=client, num_workers=4)
+    assert z.sum().compute(scheduler=client) == 780

@@ -6,8 +6,14 @@ import sys
 
 import dask.array as da
 
-from kernel_cluster import CacheProfiler, Client, KernelCluster, Profiler, ResourceProfiler
-from kernel_cluster import visualize
+from kernel_cluster import (
+    CacheProfiler,
+    Client,
+    KernelCluster,
+    Profiler,
+    ResourceProfiler,
+    visualize,
+)
 
 
 def main(filename: str) -> None:
