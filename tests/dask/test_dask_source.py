@@ -318,3 +318,23 @@ def test_a_closed_dask_client_is_named_with_its_schedulers_address(dask_client) 
         message = str(info.value)
         assert address in message and "closed" in message
         assert "kernel_cluster.attach(client)" in message
+
+
+def test_attach_names_what_to_pass_instead_of_an_address_or_a_cluster(
+    dask_client, restore_default
+) -> None:
+    """The views read clients: an address or a cluster object is refused with the
+    client to make of it, and the default source stays as it was."""
+    before = source_module._default_source
+    address = dask_client.scheduler.address
+    cases = [
+        (address, r"distributed\.Client.*connect to it first.*attach\(distributed\.Client"),
+        (dask_client.cluster, r"LocalCluster: pass a client of it, distributed\.Client\(cluster\)"),
+        (42, r"got int: it has no"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(TypeError, match=message):
+            kernel_cluster.attach(bad)
+        with pytest.raises(TypeError, match=message):
+            FineMetrics(bad)
+    assert source_module._default_source is before
