@@ -32,7 +32,7 @@ from .core.spec import TaskSpec, pack_results
 from .diagnostics import value_metrics
 from .diagnostics.callbacks import Callback, CallbackRun, RemoteValue
 from .engine.graph_events import ERRED, FREED, POST, PRE, RETRY, GraphEvents
-from .futures import _cancelled
+from .futures import _cancelled, task_error
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def get_with_callbacks(
         for k, st in zip(wanted, states):
             if st.status == "error":
                 assert st.exception is not None
-                raise st.exception.with_traceback(st.traceback)
+                raise task_error(st)
             if st.status == "cancelled":
                 raise _cancelled(st, k)
         data = client._gather_keys(wanted)

@@ -51,6 +51,7 @@ from .futures import (
     FutureState,
     _cancelled,
     run_callback,
+    task_error,
 )
 from .graph_packing import (
     collect_futures,
@@ -344,7 +345,7 @@ class Client:
             for k, st in zip(wanted, states):
                 if st.status == "error":
                     assert st.exception is not None
-                    raise st.exception.with_traceback(st.traceback)
+                    raise task_error(st)
                 if st.status == "cancelled":
                     raise _cancelled(st, k)
             data = self._gather_keys(wanted)
@@ -491,7 +492,7 @@ class Client:
             st, key = failed
             if st.status == "error":
                 assert st.exception is not None
-                raise st.exception.with_traceback(st.traceback)
+                raise task_error(st)
             raise _cancelled(st, key)
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
         return rebuild(futures, data)
@@ -510,7 +511,7 @@ class Client:
                 erred = [self._futures.states.get(k) for k in missing]
             for st in erred:  # e.g. a result that turned out not to be serialisable
                 if st is not None and st.status == "error" and st.exception is not None:
-                    raise st.exception.with_traceback(st.traceback)
+                    raise task_error(st)
             raise KeyError(
                 f"{len(missing)} results are no longer on the cluster (first: {missing[0]!r}); "
                 "they were released or their worker was lost."

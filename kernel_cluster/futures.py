@@ -9,6 +9,7 @@ made when somebody actually waits, which keeps 10,000 futures cheap.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import functools
 import numbers
 import queue
@@ -18,6 +19,28 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from .core.keys import Key
+
+
+def task_error(state: Any) -> BaseException:
+    """The erred task's exception to raise, with the task's traceback.
+
+    A copy when it can be made: a raised exception collects every frame it crosses
+    on its way to the user's ``except``, and those frames keep their locals (dask's
+    ``compute`` holds the collection, a function holds its future). Raising the object
+    the state keeps would make that state keep those futures, and so itself, for good.
+    """
+    exc: BaseException = state.exception
+    try:
+        raised = copy.copy(exc)
+    except Exception:  # an exception that cannot be rebuilt from its args
+        raised = exc
+    if type(raised) is not type(exc):
+        raised = exc
+    elif raised is not exc:
+        raised.__cause__ = exc.__cause__
+        raised.__context__ = exc.__context__
+        raised.__suppress_context__ = exc.__suppress_context__
+    return raised.with_traceback(state.traceback)
 
 
 class FutureOwner(Protocol):
@@ -149,9 +172,7 @@ class Future:
             self.client._wait_for(self._state, self.key, timeout)
             status = self._state.status
             if status == "error":
-                exc = self._state.exception
-                assert exc is not None
-                raise exc.with_traceback(self._state.traceback)
+                raise task_error(self._state)
             if status == "cancelled":
                 raise _cancelled(self._state, self.key)
             return self.client._gather_keys([self.key])[self.key]
