@@ -119,9 +119,16 @@ def replace_futures(obj: Any, deps: set, client: Any) -> Any:
         return [replace_futures(v, deps, client) for v in obj]
     if t is dict:
         return {k: replace_futures(v, deps, client) for k, v in obj.items()}
-    if "dask" in sys.modules and hasattr(t, "__dask_graph__"):
-        _refuse_collection(obj)
+    if t not in _PLAIN_TYPES:  # one set lookup per argument once its type is known
+        if not hasattr(t, "__dask_graph__"):
+            _PLAIN_TYPES.add(t)
+        elif "dask" in sys.modules:
+            _refuse_collection(obj)
     return obj
+
+
+# argument types that are no dask collection (a type either has __dask_graph__ or not)
+_PLAIN_TYPES: set[type] = set()
 
 
 def _refuse_collection(obj: Any) -> None:
