@@ -55,6 +55,7 @@ from .futures import (
 )
 from .graph_packing import (
     collect_futures,
+    dumps_library_tasks,
     dumps_task,
     placement,
     rebuild,
@@ -369,9 +370,13 @@ class Client:
             if graph.ignored:
                 dask_graphs.warn_ignored(graph.ignored)
         deps = {k: s.dependencies for k, s in specs.items()}
-        payloads: dict = (
-            {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
-        )
+        payloads: dict = specs
+        if self._pickle_tasks:
+            payloads = (
+                dumps_library_tasks(specs)
+                if graph is not None
+                else {k: dumps_task(k, s) for k, s in specs.items()}
+            )
         return GraphSubmitted(self.id, payloads, deps, wanted, order, ann)
 
     def _holds(self, key: Key) -> bool:

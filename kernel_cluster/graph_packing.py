@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import pickle
 import sys
 from collections.abc import Iterable
 from types import FrameType
@@ -26,6 +27,7 @@ from .futures import Future
 
 __all__ = [
     "collect_futures",
+    "dumps_library_tasks",
     "dumps_task",
     "placement",
     "rebuild",
@@ -55,6 +57,26 @@ def dumps_task(key: Key, spec: TaskSpec) -> bytes:
         raise SerializationError(
             f"task {key!r}", type(spec).__name__, f"{type(exc).__name__}: {exc}"
         ) from None
+
+
+def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
+    """``dumps_task`` for many tasks whose functions are mostly importable library code
+    (a dask graph's): plain pickle first, five to ten times faster than cloudpickle,
+    which a task gets instead when plain pickle fails on it (a lambda, a closure) or
+    names a module that cloudpickle would have sent by value (``__main__``, the
+    modules registered with ``cloudpickle.register_pickle_by_value``)."""
+    by_value = [b"__main__"]
+    by_value += [name.encode() for name in cloudpickle.list_registry_pickle_by_value()]
+    out: dict[Key, bytes] = {}
+    for key, spec in specs.items():
+        try:
+            data = pickle.dumps(spec, protocol=5)
+        except Exception:
+            data = b""
+        if not data or any(name in data for name in by_value):
+            data = dumps_task(key, spec)
+        out[key] = data
+    return out
 
 
 def placement(
