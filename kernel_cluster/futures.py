@@ -32,8 +32,13 @@ def task_error(state: Any) -> BaseException:
     exc: BaseException = state.exception
     try:
         raised = copy.copy(exc)
-    except Exception:  # an exception that cannot be rebuilt from its args
-        raised = exc
+    except Exception:  # its __init__ takes other arguments than its args: bypass it
+        try:
+            raised = type(exc).__new__(type(exc), *exc.args)
+            raised.args = exc.args
+            raised.__dict__.update(getattr(exc, "__dict__", {}))
+        except Exception:
+            raised = exc
     if type(raised) is not type(exc):
         raised = exc
     elif raised is not exc:

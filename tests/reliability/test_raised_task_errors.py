@@ -34,6 +34,18 @@ def bad(x):
     raise BlockError(f"bad {x}")
 
 
+class TwoPartError(Exception):
+    """An exception whose __init__ does not take its ``args`` back."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+        self.why = why
+
+
+def two_part(x):
+    raise TwoPartError(f"bad {x}", "reasons")
+
+
 def test_a_persisted_collection_with_a_failed_piece_is_released(client, cluster):
     pieces = client.persist(da.ones((40, 40), chunks=10).map_blocks(fail_on_first, dtype=float))
     with pytest.raises(BlockError, match="first block"):
@@ -55,6 +67,16 @@ def test_a_future_whose_result_raised_in_a_function_is_released(client, cluster)
         return "no error"
 
     assert run() == "bad 1"
+
+    def run_two_part() -> str:
+        future = client.submit(two_part, 1)
+        try:
+            future.result(timeout=30)
+        except TwoPartError as exc:
+            return f"{exc} ({exc.why})"
+        return "no error"
+
+    assert run_two_part() == "bad 1: reasons (reasons)"
     futures = client.map(bad, [2, 3])
 
     def gather(fs: list) -> None:
