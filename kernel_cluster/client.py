@@ -105,6 +105,14 @@ def _leave_default(cluster: KernelCluster, client_id: str) -> None:
 def get_client() -> Client:
     """The most recently created client that is still open."""
     if _current_client is None or _current_client.status != "running":
+        if in_task_thread():  # a task of a worker process: Client() would start a cluster
+            raise ValueError(
+                "No client in this worker process: tasks of KernelCluster(processes=True) "
+                "cannot submit work or compute dask collections on the cluster (in an "
+                "embedded cluster they can). Return what the nested work needs and run it "
+                "from the kernel, or compute it inside the task with dask's own "
+                'scheduler (scheduler="sync").'
+            )
         raise ValueError("No client is open; create one with kernel_cluster.Client().")
     return _current_client
 

@@ -336,3 +336,20 @@ def test_dask_tasks_travel_by_plain_pickle_unless_their_code_must_travel(client)
         assert payloads[key] == by_cloudpickle[key]
     for key, payload in payloads.items():
         assert pickle.loads(payload).dependencies == specs[key].dependencies
+
+
+def nested_sum(n):
+    from kernel_cluster import get_client
+
+    return float(da.ones(n, chunks=2).sum().compute(scheduler=get_client()))
+
+
+def test_a_nested_compute_in_a_worker_process_says_it_cannot(client, processes):
+    """Embedded, a task can compute a collection on the cluster; in a worker process
+    there is no client, and the error must not advise Client() (a cluster per task)."""
+    if not processes:
+        assert client.submit(nested_sum, 10).result(timeout=30) == 10.0
+        return
+    with pytest.raises(ValueError, match=r"worker process.*processes=True.*kernel") as info:
+        client.submit(nested_sum, 10).result(timeout=30)
+    assert "create one with kernel_cluster.Client()" not in str(info.value)
