@@ -143,6 +143,8 @@ def replace_futures(obj: Any, deps: set, client: Any) -> Any:
         return {k: replace_futures(v, deps, client) for k, v in obj.items()}
     if t not in _PLAIN_TYPES:  # one set lookup per argument once its type is known
         if not hasattr(t, "__dask_graph__"):
+            if len(_PLAIN_TYPES) >= 4096:  # classes made on the fly must not pile up
+                _PLAIN_TYPES.clear()
             _PLAIN_TYPES.add(t)
         elif "dask" in sys.modules:
             _refuse_collection(obj)
