@@ -51,9 +51,11 @@ from .futures import (
     FutureState,
     raise_if_failed,
     run_callback,
+    task_error,
 )
 from .graph_packing import (
     collect_futures,
+    dumps_library_tasks,
     dumps_task,
     placement,
     rebuild,
@@ -96,6 +98,14 @@ def _leave_default(cluster: KernelCluster, client_id: str) -> None:
 def get_client() -> Client:
     """The most recently created client that is still open."""
     if _current_client is None or _current_client.status != "running":
+        if in_task_thread():  # a task of a worker process: Client() would start a cluster
+            raise ValueError(
+                "No client in this worker process: tasks of KernelCluster(processes=True) "
+                "cannot submit work or compute dask collections on the cluster (in an "
+                "embedded cluster they can). Return what the nested work needs and run it "
+                "from the kernel, or compute it inside the task with dask's own "
+                'scheduler (scheduler="sync").'
+            )
         raise ValueError("No client is open; create one with kernel_cluster.Client().")
     return _current_client
 
@@ -345,9 +355,13 @@ class Client:
             if graph.ignored:
                 dask_graphs.warn_ignored(graph.ignored)
         deps = {k: s.dependencies for k, s in specs.items()}
-        payloads: dict = (
-            {k: dumps_task(k, s) for k, s in specs.items()} if self._pickle_tasks else specs
-        )
+        payloads: dict = specs
+        if self._pickle_tasks:
+            payloads = (
+                dumps_library_tasks(specs)
+                if graph is not None
+                else {k: dumps_task(k, s) for k, s in specs.items()}
+            )
         return GraphSubmitted(self.id, payloads, deps, wanted, order, ann)
 
     def _holds(self, key: Key) -> bool:
@@ -362,19 +376,40 @@ class Client:
     # ``get`` as a scheduler, if it is not asynchronous: this one never is
     asynchronous = False
 
-    def compute(self, collections: Any, optimize_graph: bool = True, **kwargs: Any) -> Any:
+    def compute(
+        self,
+        collections: Any,
+        optimize_graph: bool = True,
+        sync: bool = False,
+        workers: Iterable[str] | str | None = None,
+        allow_other_workers: bool = False,
+        retries: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Start computing a dask collection (or a list of them); a Future of its final
-        value each (what ``dask.compute`` would return for it)."""
+        value each (what ``dask.compute`` would return for it), or with ``sync=True``
+        the values themselves. ``workers``/``retries`` apply to each of its tasks, as
+        ``dask.annotate`` would; other keywords are ignored with a warning."""
         self._check_running()
-        if isinstance(collections, (list, tuple)):
-            return [self.compute(c, optimize_graph, **kwargs) for c in collections]
+        dask_graphs.refuse_options("compute", kwargs)
+        if isinstance(collections, (list, tuple)) or sync:
+            many = isinstance(collections, (list, tuple))
+            futures = [
+                self.compute(c, optimize_graph, False, workers, allow_other_workers, retries)
+                for c in (collections if many else [collections])
+            ]
+            if sync:
+                futures = self.gather(futures)
+            return futures if many else futures[0]
         if not dask_graphs.is_collection(collections):
             raise TypeError(
                 f"compute() takes dask collections, got {type(collections).__name__}; "
                 "use submit() for a function call."
             )
         expr, key = dask_graphs.collection_graph(collections, optimize_graph)
-        graph = dask_graphs.convert(expr, self)
+        graph = dask_graphs.apply_options(
+            dask_graphs.convert(expr, self), workers, allow_other_workers, retries
+        )
         callbacks = active_callbacks()
         if callbacks and not in_task_thread():  # local callbacks (Callback, profilers)
             return compute_with_callbacks(self, expr, graph.specs, key, graph, callbacks)
@@ -382,10 +417,21 @@ class Client:
         with self._lock:
             return self._future(key, self._enqueue(event))
 
-    def persist(self, collections: Any, optimize_graph: bool = True, **kwargs: Any) -> Any:
+    def persist(
+        self,
+        collections: Any,
+        optimize_graph: bool = True,
+        workers: Iterable[str] | str | None = None,
+        allow_other_workers: bool = False,
+        retries: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Start computing a dask collection (or a list of them) and return the same
-        kind of collection, made of futures: computing it later reuses them."""
+        kind of collection, made of futures: computing it later reuses them.
+        ``workers``/``retries`` as for ``compute``; other keywords (what
+        ``dask.persist`` passes on) are ignored with a warning."""
         self._check_running()
+        dask_graphs.refuse_options("persist", kwargs)
         many = isinstance(collections, (list, tuple))
         colls = list(collections) if many else [collections]
         for c in colls:
@@ -395,7 +441,9 @@ class Client:
                     "use submit() for a function call."
                 )
         expr, keys = dask_graphs.persist_graph(colls, optimize_graph)
-        graph = dask_graphs.convert(expr, self)
+        graph = dask_graphs.apply_options(
+            dask_graphs.convert(expr, self), workers, allow_other_workers, retries
+        )
         wanted = list(dict.fromkeys(k for ks in keys for k in ks))
         event = self._graph_event(graph.specs, wanted, graph)
         with self._lock:
@@ -450,7 +498,7 @@ class Client:
                 erred = [self._futures.states.get(k) for k in missing]
             for st in erred:  # e.g. a result that turned out not to be serialisable
                 if st is not None and st.status == "error" and st.exception is not None:
-                    raise st.exception.with_traceback(st.traceback)
+                    raise task_error(st)
             raise KeyError(
                 f"{len(missing)} results are no longer on the cluster (first: {missing[0]!r}); "
                 "they were released or their worker was lost."

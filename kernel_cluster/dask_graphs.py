@@ -27,6 +27,7 @@ from .futures import Future
 __all__ = [
     "HONOURED_ANNOTATIONS",
     "DaskGraph",
+    "apply_options",
     "collection_graph",
     "convert",
     "is_dask_graph",
@@ -192,6 +193,41 @@ def _with_annotations(graph: DaskGraph, annotations: Mapping[str, Mapping[Key, A
                 per_task.setdefault(key, {})[name] = value
     graph.ignored = frozenset(ignored)
     return graph
+
+
+def apply_options(
+    graph: DaskGraph,
+    workers: Any = None,
+    allow_other_workers: bool = False,
+    retries: int | None = None,
+) -> DaskGraph:
+    """``client.compute(x, workers=..., retries=...)``: the same as annotating every
+    task of the graph with them (a task's own ``dask.annotate`` wins)."""
+    options: dict[str, Any] = {}
+    if workers is not None:
+        options["workers"] = (workers,) if isinstance(workers, str) else tuple(workers)
+        options["allow_other_workers"] = bool(allow_other_workers)
+    if retries:
+        options["retries"] = int(retries)
+    if options:
+        for key in graph.specs:
+            own = graph.annotations.get(key)
+            graph.annotations[key] = {**options, **own} if own else dict(options)
+    return graph
+
+
+def refuse_options(method: str, kwargs: dict[str, Any]) -> None:
+    """Say which keywords of ``method`` (compute, persist) the engine does not act on,
+    rather than dropping them unseen."""
+    if kwargs:
+        warnings.warn(
+            f"client.{method}() ignores {', '.join(map(repr, sorted(kwargs)))}: it acts on "
+            "optimize_graph, workers, allow_other_workers and retries"
+            + (" (and sync)" if method == "compute" else "")
+            + "; use dask.annotate(...) for per-task placement and priority.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def prioritized(order: dict[Key, int], priority: Mapping[Key, float]) -> dict[Key, int]:

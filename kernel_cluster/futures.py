@@ -9,6 +9,7 @@ made when somebody actually waits, which keeps 10,000 futures cheap.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import functools
 import numbers
 import queue
@@ -18,6 +19,33 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from .core.keys import Key
+
+
+def task_error(state: Any) -> BaseException:
+    """The erred task's exception to raise, with the task's traceback.
+
+    A copy when it can be made: a raised exception collects every frame it crosses
+    on its way to the user's ``except``, and those frames keep their locals (dask's
+    ``compute`` holds the collection, a function holds its future). Raising the object
+    the state keeps would make that state keep those futures, and so itself, for good.
+    """
+    exc: BaseException = state.exception
+    try:
+        raised = copy.copy(exc)
+    except Exception:  # its __init__ takes other arguments than its args: bypass it
+        try:
+            raised = type(exc).__new__(type(exc), *exc.args)
+            raised.args = exc.args
+            raised.__dict__.update(getattr(exc, "__dict__", {}))
+        except Exception:
+            raised = exc
+    if type(raised) is not type(exc):
+        raised = exc
+    elif raised is not exc:
+        raised.__cause__ = exc.__cause__
+        raised.__context__ = exc.__context__
+        raised.__suppress_context__ = exc.__suppress_context__
+    return raised.with_traceback(state.traceback)
 
 
 class FutureOwner(Protocol):
@@ -55,12 +83,13 @@ def _cancelled(state: FutureState, key: Key) -> CancelledError:
 
 
 def raise_if_failed(keys: Iterable[Key], states: Iterable[FutureState]) -> None:
-    """Raise the first failure among ``states``: its task's own exception, with the
-    traceback it had on the worker, or the cancellation (the reason, if known)."""
+    """Raise the first failure among ``states``: its task's own exception (a copy, see
+    ``task_error``), with the traceback it had on the worker, or the cancellation
+    (the reason, if known)."""
     for key, state in zip(keys, states):
         if state.status == "error":
             assert state.exception is not None
-            raise state.exception.with_traceback(state.traceback)
+            raise task_error(state)
         if state.status == "cancelled":
             raise _cancelled(state, key)
 
@@ -160,9 +189,7 @@ class Future:
             self.client._wait_for(self._state, self.key, timeout)
             status = self._state.status
             if status == "error":
-                exc = self._state.exception
-                assert exc is not None
-                raise exc.with_traceback(self._state.traceback)
+                raise task_error(self._state)
             if status == "cancelled":
                 raise _cancelled(self._state, self.key)
             return self.client._gather_keys([self.key])[self.key]

@@ -127,6 +127,19 @@ def source_for(client: Any) -> DaskSource:
         return source
 
 
+def _address_of(client: Any) -> str | None:
+    """The scheduler's address as ``client`` knows it; a closed distributed.Client
+    forgets it, but still holds what it was made with (an address, or a cluster)."""
+    address = getattr(getattr(client, "scheduler", None), "address", None)
+    if address:
+        return str(address)
+    start = getattr(client, "_start_arg", None)
+    if isinstance(start, str):
+        return start
+    address = getattr(start or getattr(client, "cluster", None), "scheduler_address", None)
+    return str(address) if address else None
+
+
 def _by_value(obj: object) -> bytes:
     """``obj`` pickled with this package's scheduler-side module inlined, so a
     scheduler or worker without kernel_cluster installed can load it."""
@@ -151,6 +164,7 @@ class DaskSource:
             )
         self.client = client
         self.timeout = timeout
+        self._address = _address_of(client)  # kept for the errors once it is closed
         self._offset = 0.0  # scheduler clock minus ours, from the last answer
         self._last_now = 0.0
         self._transfer_fn: bytes | None = None
@@ -167,7 +181,10 @@ class DaskSource:
 
     @property
     def address(self) -> str:
-        return str(getattr(self.client.scheduler, "address", None) or "?")
+        live = _address_of(self.client)
+        if live:
+            self._address = live
+        return str(live or self._address or "?")
 
     # -- one read: a round trip to the plugin's handler ----------------------------------------
 
@@ -186,9 +203,10 @@ class DaskSource:
         status = getattr(client, "status", "running")
         if status != "running":
             raise SchedulerUnreachable(
-                f"The Dask scheduler at {self.address} is not reachable (its client is "
-                f"{status}): views stop updating. Start it again, or connect a new "
-                "distributed.Client and call kernel_cluster.attach(client)."
+                f"The Dask scheduler at {self.address} is not reachable: the "
+                f"distributed.Client the views read it through is {status}. Views stop "
+                "updating; connect a new distributed.Client and call "
+                "kernel_cluster.attach(client) (or pass it to the view)."
             )
 
         async def call() -> Any:

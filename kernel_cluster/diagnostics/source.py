@@ -211,12 +211,27 @@ def source_of(obj: Diagnosable | None) -> DiagnosticsSource:
     dask = _dask_source(obj)
     if dask is not None:
         return dask
-    missing = [name for name in _MEMBERS if not hasattr(obj, name)]
     raise TypeError(
-        f"Expected a kernel_cluster Client or a DiagnosticsSource, got "
-        f"{type(obj).__name__} (it has no {', '.join(missing[:3])}"
-        f"{', ...' if len(missing) > 3 else ''})."
+        "Expected a kernel_cluster Client, a distributed.Client or a DiagnosticsSource, "
+        f"got {type(obj).__name__}: {_how_to_read(obj)}"
     )
+
+
+def _how_to_read(obj: object) -> str:
+    """What to hand over instead of ``obj``: the views read clients, not addresses or
+    clusters."""
+    name = type(obj).__name__
+    if isinstance(obj, str):
+        return (
+            f"for a Dask scheduler at {obj!r}, connect to it first: "
+            "kernel_cluster.attach(distributed.Client(address))."
+        )
+    if name == "KernelCluster":
+        return "pass a client of it, kernel_cluster.Client(cluster)."
+    if not isinstance(obj, type) and hasattr(obj, "scheduler_address"):  # LocalCluster, ...
+        return f"pass a client of it, distributed.Client(cluster), not the {name}."
+    missing = [m for m in _MEMBERS if not hasattr(obj, m)]
+    return f"it has no {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}."
 
 
 def _dask_source(obj: object) -> DiagnosticsSource | None:

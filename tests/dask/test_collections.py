@@ -257,3 +257,99 @@ def test_the_profile_is_kept_by_dask_prefix(client):
     x = da.ones((4,), chunks=2).map_blocks(spin, dtype=float)
     assert x.sum().compute(scheduler=client, optimize_graph=False) == 4
     wait_for(lambda: client.profile(prefix="spin")["count"] > 0, what="spin's profile")
+
+
+def test_a_collection_given_to_submit_or_map_is_refused_with_the_fix(client):
+    """A task would get the lazy collection, not its value (and a result that is a
+    graph): submit and map say so, and how to pass the value, before anything runs."""
+    x = da.ones((10,), chunks=5)
+    for submit in (
+        lambda: client.submit(np.sum, x),
+        lambda: client.submit(len, [x]),
+        lambda: client.submit(np.sum, a=dask.delayed(sum)([1, 2])),
+        lambda: client.map(np.sum, [x]),
+    ):
+        with pytest.raises(TypeError, match=r"dask collection \(\w+\).*client\.compute\(x\)"):
+            submit()
+    assert client.submit(np.sum, client.compute(x)).result() == 10  # the way it names
+
+
+def test_compute_and_persist_act_on_their_keywords(client, tmp_path):
+    """distributed's keywords of compute/persist do what they say there, or warn:
+    none is dropped unseen (sync=True used to return a Future, workers= to run
+    anywhere)."""
+    x = da.arange(40, chunks=10)
+    assert client.compute(x.sum(), sync=True) == 780
+    assert client.compute([x.sum(), x.max()], sync=True) == [780, 39]
+
+    workers = sorted(client.scheduler_info()["workers"])
+    with client.get_task_stream() as ts:
+        y = client.persist(x + 1, workers=workers[1])
+        assert client.compute(y.sum(), workers=[workers[1]], sync=True) == 820
+    assert ts.data and {r["worker"] for r in ts.data} == {workers[1]}
+
+    ok = dask.delayed(flaky)(str(tmp_path / "ok"), 2)
+    assert client.compute(ok, retries=2).result() == 2
+    again = dask.delayed(flaky)(str(tmp_path / "again"), 1)
+    assert client.persist(again, retries=1).compute(scheduler=client) == 1
+
+    with pytest.warns(UserWarning, match=r"compute\(\) ignores 'fifo_timeout'"):
+        assert client.compute(x.sum(), fifo_timeout="1s").result() == 780
+    with pytest.warns(UserWarning, match=r"persist\(\) ignores 'num_workers'"):
+        (z,) = dask.persist(x, scheduler=client, num_workers=4)
+    assert z.sum().compute(scheduler=client) == 780
+
+
+def test_dask_tasks_travel_by_plain_pickle_unless_their_code_must_travel(client):
+    """Worker processes get a dask graph's tasks by plain pickle (twice as fast as
+    cloudpickle on dask's partials and curries), except those cloudpickle would send
+    by value: a lambda, a local function, a function of a module registered by value
+    (as a notebook's ``__main__`` is, always)."""
+    import pickle
+
+    import cloudpickle
+
+    from kernel_cluster.graph_packing import dumps_library_tasks, dumps_task
+
+    def local(x):
+        return x + 1
+
+    graph = {
+        "lib": Task("lib", operator.add, 1, 2),
+        "lam": Task("lam", lambda x: x * 2, TaskRef("lib")),
+        "loc": Task("loc", local, TaskRef("lib")),
+        "mod": Task("mod", words, "a b"),  # this module, registered by value below
+    }
+    specs = dask_graphs.convert(graph, client).specs
+    module = sys.modules[__name__]
+    registered = __name__ in cloudpickle.list_registry_pickle_by_value()
+    if not registered:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        payloads = dumps_library_tasks(specs)
+        by_cloudpickle = {k: dumps_task(k, s) for k, s in specs.items()}
+    finally:
+        if not registered:
+            cloudpickle.unregister_pickle_by_value(module)
+    assert payloads["lib"] == pickle.dumps(specs["lib"], protocol=5)
+    for key in ("lam", "loc", "mod"):
+        assert payloads[key] == by_cloudpickle[key]
+    for key, payload in payloads.items():
+        assert pickle.loads(payload).dependencies == specs[key].dependencies
+
+
+def nested_sum(n):
+    from kernel_cluster import get_client
+
+    return float(da.ones(n, chunks=2).sum().compute(scheduler=get_client()))
+
+
+def test_a_nested_compute_in_a_worker_process_says_it_cannot(client, processes):
+    """Embedded, a task can compute a collection on the cluster; in a worker process
+    there is no client, and the error must not advise Client() (a cluster per task)."""
+    if not processes:
+        assert client.submit(nested_sum, 10).result(timeout=30) == 10.0
+        return
+    with pytest.raises(ValueError, match=r"worker process.*processes=True.*kernel") as info:
+        client.submit(nested_sum, 10).result(timeout=30)
+    assert "create one with kernel_cluster.Client()" not in str(info.value)

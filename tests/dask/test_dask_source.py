@@ -28,7 +28,7 @@ import kernel_cluster
 from kernel_cluster import MemorySampler, performance_report, span
 from kernel_cluster.diagnostics import dask_scheduler
 from kernel_cluster.diagnostics import source as source_module
-from kernel_cluster.diagnostics.dask_source import DaskSource
+from kernel_cluster.diagnostics.dask_source import DaskSource, SchedulerUnreachable
 from kernel_cluster.diagnostics.source import DiagnosticsSource, source_of, watch_default_source
 from kernel_cluster.jupyter import lab
 from kernel_cluster.jupyter.widgets import (
@@ -301,3 +301,40 @@ def test_a_scheduler_without_the_plugin_gets_it_again(dask_client) -> None:
     assert dask_scheduler.NAME not in dask_client.cluster.scheduler.plugins
     assert source.task_stream_index() == 0  # read through a new plugin
     assert dask_scheduler.NAME in dask_client.cluster.scheduler.plugins
+
+
+def test_a_closed_dask_client_is_named_with_its_schedulers_address(dask_client) -> None:
+    """A view made on (or still reading) a closed distributed.Client fails at once,
+    naming the scheduler's address (which the closed client no longer knows) and the
+    fix, not 'the Dask scheduler at ?'."""
+    address = dask_client.scheduler.address
+    other = DaskClient(address)
+    source = source_of(other)
+    source.progress()
+    other.close()
+    for make in (lambda: source.progress(), lambda: FineMetrics(other), lambda: SpanTree(other)):
+        with pytest.raises(SchedulerUnreachable) as info:
+            make()
+        message = str(info.value)
+        assert address in message and "closed" in message
+        assert "kernel_cluster.attach(client)" in message
+
+
+def test_attach_names_what_to_pass_instead_of_an_address_or_a_cluster(
+    dask_client, restore_default
+) -> None:
+    """The views read clients: an address or a cluster object is refused with the
+    client to make of it, and the default source stays as it was."""
+    before = source_module._default_source
+    address = dask_client.scheduler.address
+    cases = [
+        (address, r"distributed\.Client.*connect to it first.*attach\(distributed\.Client"),
+        (dask_client.cluster, r"LocalCluster: pass a client of it, distributed\.Client\(cluster\)"),
+        (42, r"got int: it has no"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(TypeError, match=message):
+            kernel_cluster.attach(bad)
+        with pytest.raises(TypeError, match=message):
+            FineMetrics(bad)
+    assert source_module._default_source is before
