@@ -184,6 +184,10 @@ def test_task_stream_and_flame_graph(dask_client) -> None:
 
 def test_progress_as_text(dask_client) -> None:
     futures = dask_client.map(progress_inc, range(200, 210))
+    # Dask's map returns before its scheduler has the tasks; progress() draws what the
+    # scheduler holds, and would find nothing of these yet
+    source = source_of(dask_client)
+    wait_for(lambda: "progress_inc" in source.progress(), 10, "the scheduler to hold the tasks")
     out = io.StringIO()
     text = kernel_cluster.progress(dask_client, file=out, timeout=30)  # not a notebook: text
     assert dask_client.gather(futures) == list(range(201, 211))
