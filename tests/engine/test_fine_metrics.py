@@ -59,7 +59,8 @@ def loop_past_the_hold(n):
     """Loops until the GIL holder started, and n steps more: it is running, wanting the
     GIL, while the holder keeps it."""
     used = time.thread_time()
-    while not GIL_HELD.is_set():
+    deadline = time.monotonic() + 20  # a holder that never starts fails the test, not CI
+    while not GIL_HELD.is_set() and time.monotonic() < deadline:
         python_loop(10_000)
     python_loop(n)
     return time.thread_time() - used
