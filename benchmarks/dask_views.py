@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import kernel_cluster
     from kernel_cluster import Client, KernelCluster
-    from kernel_cluster.diagnostics.source import set_default_source, source_of
+    from kernel_cluster.diagnostics.attach import set_default_source, source_of
 
     report: dict[str, Any] = {
         "machine": {

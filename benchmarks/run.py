@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     import dask
     import dask.threaded
 
-    from kernel_cluster.client import Client
+    from kernel_cluster.client.client import Client
     from kernel_cluster.engine.cluster import KernelCluster
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernel_cluster.client import Client
-from kernel_cluster.futures import wait
+from kernel_cluster.client.client import Client
+from kernel_cluster.client.futures import wait
 
 N_CHUNKS = 32
 ROWS_PER_CHUNK = 5_000
@@ -253,7 +253,7 @@ def print_fine_metrics(metrics, total_s: float, nthreads: int) -> None:
     """
     import pandas as pd
 
-    from kernel_cluster.diagnostics.fine_metrics import by_activity, by_function
+    from kernel_cluster.diagnostics.queries.fine_metrics import by_activity, by_function
 
     table = by_function(metrics, "seconds")
     shown = [c for c in ("thread-cpu", "thread-noncpu", "executor", "other") if c in table]

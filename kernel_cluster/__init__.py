@@ -1,17 +1,16 @@
 """kernel-cluster: a task engine in the Jupyter kernel, instrumented end to end."""
 
-from .client import Client, get_client
+from .client.client import Client, get_client
+from .client.futures import CancelledError, Future, as_completed, wait
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
-from .diagnostics.report import performance_report
-from .diagnostics.source import attach
+from .diagnostics.attach import attach
+from .diagnostics.pages.report import performance_report
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.config import WorkerConfig
 from .engine.plugins import SchedulerPlugin
 from .engine.process_meter import context_meter
-from .futures import CancelledError, Future, as_completed, wait
-from .jupyter import progress_bar_view as _progress_bar_view  # noqa: F401  (ProgressBar)
 from .jupyter.lab import register as _register_lab
 from .jupyter.lab import show
 from .jupyter.memory_chart import MemorySampler
@@ -21,14 +20,14 @@ __version__ = "0.1.0"
 
 # the local diagnostics (issue 21), imported on first use
 _LAZY = {
-    "Callback": "kernel_cluster.diagnostics.callbacks",
-    "CacheProfiler": "kernel_cluster.diagnostics.local_profilers",
-    "Profiler": "kernel_cluster.diagnostics.local_profilers",
-    "ProgressBar": "kernel_cluster.diagnostics.progress_bar",
-    "ResourceProfiler": "kernel_cluster.diagnostics.local_profilers",
-    "get_sync": "kernel_cluster.local",
+    "Callback": "kernel_cluster.local_diagnostics.callbacks",
+    "CacheProfiler": "kernel_cluster.local_diagnostics.profilers",
+    "Profiler": "kernel_cluster.local_diagnostics.profilers",
+    "ProgressBar": "kernel_cluster.local_diagnostics.progress_bar",
+    "ResourceProfiler": "kernel_cluster.local_diagnostics.profilers",
+    "get_sync": "kernel_cluster.local_diagnostics.sync",
     "sizeof": "kernel_cluster.core.sizeof",
-    "visualize": "kernel_cluster.diagnostics.local_plots",
+    "visualize": "kernel_cluster.local_diagnostics.plots",
 }
 
 

@@ -17,7 +17,7 @@ import cloudpickle
 import pytest
 from hypothesis import settings
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
 from kernel_cluster.engine.cluster import KernelCluster
 from tests.engine import helpers
 from tests.engine.helpers import (

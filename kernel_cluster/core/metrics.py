@@ -39,12 +39,12 @@ same way):
    -> ``Scheduler._heartbeat`` -> ``Scheduler.add_worker_metrics``: core/spans.py
    ``SpanTree.fold_keys`` (old default spans fold), then ``add_metrics`` (here) into
    ``worker_metrics``, and ``SpanTree.add_metrics`` per span;
-5. read: diagnostics/engine_source.py ``EngineSource.fine_metrics`` (after
+5. read: diagnostics/sources/engine_source.py ``EngineSource.fine_metrics`` (after
    ``Scheduler.refresh_metrics`` with ``refresh=True``, as ``Client.fine_metrics``
    reads it for diagnostics/fine_metrics.py ``to_frame``; the widgets' publisher
    reads it with ``refresh=False``);
 6. fed: jupyter/publisher.py ``Publisher.tick`` (``READERS["metrics"]``) ->
-   diagnostics/table_feeds.py ``MetricsFeed.update``: deltas against what was sent,
+   diagnostics/feeds/tables.py ``MetricsFeed.update``: deltas against what was sent,
    sent by ``Publisher._emit`` (``pack``) -> jupyter/widgets.py
    ``_LiveWidget._send_update``;
 7. drawn: widgets/src/widget.ts ``initialize`` (the comm message) ->

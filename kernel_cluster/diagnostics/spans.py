@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from ..core.annotations import current_span, get_annotations
-from . import source
+from . import attach as source
 from .snapshots import SpanInfo
 
 __all__ = ["SpanInfo", "SpanTreeView", "get_annotations", "span"]

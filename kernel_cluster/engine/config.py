@@ -85,7 +85,7 @@ class WorkerConfig:
             "started by hand makes a temporary one)"
         },
     )
-    # a worker process and its nanny (kernel_cluster/worker_cli.py)
+    # a worker process and its nanny (kernel_cluster/engine/cli.py)
     remove_local_directory: bool = field(
         default=False,
         metadata={"help": "remove the local directory on exit (always done for one made here)"},

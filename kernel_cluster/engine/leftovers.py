@@ -3,7 +3,7 @@
 A KernelCluster keeps its token file and its workers' spill files under
 ``<tmp>/kernel-cluster-<pid>-*``. A kernel killed by SIGKILL (or SIGTERM, which
 runs no ``atexit``) cannot remove it; its workers remove their own directories
-and, the last of them, the cluster's (kernel_cluster/worker_cli.py). What is left even
+and, the last of them, the cluster's (kernel_cluster/engine/cli.py). What is left even
 so (a worker killed too) is swept by the next KernelCluster on the machine.
 
 Each directory holds an owner file: the owning process's pid and start time. A

@@ -55,7 +55,7 @@ class _WorkerProcess:
 
 
 class Nanny:
-    """Starts ``kernel_cluster.worker_cli`` processes that join ``server``, restarts those
+    """Starts ``kernel_cluster.engine.cli`` processes that join ``server``, restarts those
     that die while the cluster runs, and ends those the scheduler dropped."""
 
     def __init__(
@@ -104,7 +104,7 @@ class Nanny:
         # Forked from the loop thread, which lives as long as the cluster: the worker's
         # death signal (PR_SET_PDEATHSIG, tied to the thread that forks) fires when the
         # kernel dies; the worker then removes its directory, and the last one the
-        # cluster's (kernel_cluster/worker_cli.py).
+        # cluster's (kernel_cluster/engine/cli.py).
         config = self.config_of(name).replace(
             remove_local_directory=True,
             cluster_directory=self.local_directory,
@@ -113,7 +113,7 @@ class Nanny:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "kernel_cluster.worker_cli",
+            "kernel_cluster.engine.cli",
             self.server.address,
             *config.to_argv(),
             env=env,

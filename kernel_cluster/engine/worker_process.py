@@ -1,6 +1,6 @@
 """A worker in its own process: connects to a scheduler and serves peers over TCP.
 
-Started by a KernelCluster (``python -m kernel_cluster.worker_cli``) or by hand with
+Started by a KernelCluster (``python -m kernel_cluster.engine.cli``) or by hand with
 ``kernel-cluster-worker ADDRESS``. It lives as long as its scheduler connection:
 when the kernel goes away, so does the worker.
 """

@@ -41,7 +41,8 @@ import threading
 import time
 from typing import Any
 
-from ..diagnostics.source import DiagnosticsSource, default_source, watch_default_source
+from ..diagnostics.attach import default_source, watch_default_source
+from ..diagnostics.source import DiagnosticsSource
 from .notebook import in_notebook
 from .publisher import Publisher, message_size
 

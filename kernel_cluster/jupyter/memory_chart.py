@@ -9,7 +9,7 @@ from ``plot()``.
 
 The chart is a bqplot figure (``pip install kernel-cluster[widgets]``), one line per
 label. Outside a notebook, or without bqplot, ``plot()`` is the pandas chart of
-``kernel_cluster.diagnostics.memory_sampler.PlainMemorySampler`` and sampling shows
+``kernel_cluster.diagnostics.queries.memory_sampler.PlainMemorySampler`` and sampling shows
 nothing. The sampling thread updates the live chart at most four times a second;
 the last sample of a block always shows.
 """
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..diagnostics.memory_sampler import PlainMemorySampler
+from ..diagnostics.queries.memory_sampler import PlainMemorySampler
 from .notebook import in_notebook
 
 COLORS = ["#3b7dd8", "#e15f99", "#2e9e4f", "#f28e2b", "#8e6cc4", "#2bb3c0", "#a0785a", "#c2b830"]

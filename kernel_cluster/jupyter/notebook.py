@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..diagnostics import local_plots
-from ..diagnostics.source import Diagnosable, source_of
+from ..diagnostics.attach import source_of
+from ..diagnostics.source import Diagnosable
 
 __all__ = ["in_notebook", "progress", "source_of"]
 
@@ -25,23 +25,12 @@ def in_notebook() -> bool:
 def progress(client: Diagnosable | None = None, **kwargs: Any) -> Any:
     """Progress per task prefix: the ``Progress`` widget in a notebook; text bars in a
     terminal, drawn until the work in progress is done (``kwargs`` go to
-    ``diagnostics.progress_text.TextProgress``)."""
+    ``diagnostics.queries.progress_text.TextProgress``)."""
     source = source_of(client)
     if in_notebook():
         from .widgets import Progress
 
         return Progress(source)
-    from ..diagnostics.progress_text import TextProgress
+    from ..diagnostics.queries.progress_text import TextProgress
 
     return TextProgress(source, **kwargs).run()
-
-
-def _profiler_plots(data: dict[str, Any]) -> Any:
-    from .widgets import ProfilerPlots  # anywidget, imported when first needed
-
-    return ProfilerPlots(data)
-
-
-# diagnostics.local_plots.visualize shows a widget in a notebook: it cannot import
-# this layer, so this layer tells it how (kernel_cluster's import runs this)
-local_plots.register_notebook_view(_profiler_plots, in_notebook)

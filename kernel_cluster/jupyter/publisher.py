@@ -1,7 +1,7 @@
 """Pushing snapshots to the browser: what a live widget sends, and when.
 
 A ``Publisher`` reads a DiagnosticsSource, runs each snapshot through its feeds
-(``kernel_cluster.diagnostics.table_feeds``) and sends one message holding every
+(``kernel_cluster.diagnostics.feeds.tables``) and sends one message holding every
 feed's delta, or nothing when nothing changed. It sends at most once per
 ``min_interval`` seconds; what it skips is not lost, because deltas are taken
 against what was last *sent*.
@@ -23,18 +23,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..diagnostics.periodic import Pause, PeriodicThread
-from ..diagnostics.profile_feed import ProfileFeed, read_profile_snapshot
-from ..diagnostics.snapshots import TaskStreamRecord
-from ..diagnostics.source import DiagnosticsSource
-from ..diagnostics.table_feeds import (
+from ..diagnostics.feeds.profile import ProfileFeed, read_profile_snapshot
+from ..diagnostics.feeds.tables import (
     Message,
     MetricsFeed,
     RecordsFeed,
     progress_records,
     span_records,
 )
-from ..diagnostics.task_stream_feed import TaskStreamFeed
+from ..diagnostics.feeds.task_stream import TaskStreamFeed
+from ..diagnostics.periodic import Pause, PeriodicThread
+from ..diagnostics.snapshots import TaskStreamRecord
+from ..diagnostics.source import DiagnosticsSource
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,8 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ..diagnostics.source import Diagnosable, source_of
+from ..diagnostics.attach import source_of
+from ..diagnostics.source import Diagnosable
 from .publisher import Poller, Publisher
 
 logger = logging.getLogger(__name__)
@@ -195,9 +196,9 @@ class Progress(_LiveWidget):
     _feeds = ("progress",)
 
     def show_text(self, **kwargs: Any) -> Any:
-        """Text bars until every task is done (see ``diagnostics.progress_text``);
+        """Text bars until every task is done (see ``diagnostics.queries.progress_text``);
         stops this widget's updates to the browser first (nobody is looking)."""
-        from ..diagnostics.progress_text import TextProgress
+        from ..diagnostics.queries.progress_text import TextProgress
 
         self.close()
         return TextProgress(self.source, **kwargs).run()
@@ -266,7 +267,7 @@ def dashboard(client: Diagnosable | None = None, **kwargs: Any) -> Dashboard:
 
 
 class ProfilerPlots(anywidget.AnyWidget):
-    """The local profilers' plots (``kernel_cluster.diagnostics.local_plots.visualize``):
+    """The local profilers' plots (``kernel_cluster.local_diagnostics.plots.visualize``):
     not live, so the records go whole, once, in the ``data`` trait (the columns of
     ``local_plots.plots_data``), and the browser draws them as the HTML page does."""
 
@@ -291,7 +292,7 @@ class ProfilerPlots(anywidget.AnyWidget):
         value: dict[str, Any] = proposal["value"]
         if value.get("page") != "profiler-plots" or not isinstance(value.get("plots"), list):
             raise traitlets.TraitError(
-                "ProfilerPlots takes the data of kernel_cluster.diagnostics.local_plots.plots_data."
+                "ProfilerPlots takes the data of kernel_cluster.local_diagnostics.plots.plots_data."
             )
         return value
 

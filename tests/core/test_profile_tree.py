@@ -27,9 +27,9 @@ from kernel_cluster.core.profile_tree import (
     to_flat,
     validate,
 )
-from kernel_cluster.diagnostics.profile_codec import unflatten
-from kernel_cluster.diagnostics.profile_page import flame_graph_html
-from kernel_cluster.diagnostics.timewindow import parse_duration, resolve_window
+from kernel_cluster.diagnostics.feeds.profile_codec import unflatten
+from kernel_cluster.diagnostics.pages.profile_page import flame_graph_html
+from kernel_cluster.diagnostics.queries.timewindow import parse_duration, resolve_window
 
 F = describe("work.py", "f", 3, "g()")
 G = describe("work.py", "g", 10, "time.sleep(2)")

@@ -28,9 +28,9 @@ from distributed import Client as DaskClient
 from distributed import wait as dask_wait
 
 from kernel_cluster import MemorySampler, span
-from kernel_cluster.diagnostics import source as source_module
-from kernel_cluster.diagnostics.dask_source import SchedulerUnreachable
-from kernel_cluster.diagnostics.source import attach, source_of
+from kernel_cluster.diagnostics import attach as source_module
+from kernel_cluster.diagnostics.attach import attach, source_of
+from kernel_cluster.diagnostics.sources.dask_source import SchedulerUnreachable
 from kernel_cluster.jupyter import lab
 from kernel_cluster.jupyter.widgets import FineMetrics, TaskStream
 from tests.engine.helpers import wait_for

@@ -23,9 +23,10 @@ import pandas as pd  # noqa: E402
 from dask._task_spec import Task, TaskRef  # noqa: E402
 from dask.utils import key_split as dask_key_split  # noqa: E402
 
-from kernel_cluster import dask_graphs, span  # noqa: E402
+from kernel_cluster import span  # noqa: E402
+from kernel_cluster.client import dask_graphs  # noqa: E402
+from kernel_cluster.client.futures import Future  # noqa: E402
 from kernel_cluster.core.spec import GraphError  # noqa: E402
-from kernel_cluster.futures import Future  # noqa: E402
 from tests.engine.helpers import wait_for  # noqa: E402
 
 
@@ -309,7 +310,7 @@ def test_dask_tasks_travel_by_plain_pickle_unless_their_code_must_travel(client)
 
     import cloudpickle
 
-    from kernel_cluster.graph_packing import dumps_library_tasks, dumps_task
+    from kernel_cluster.client.graph_packing import dumps_library_tasks, dumps_task
 
     def local(x):
         return x + 1

@@ -26,10 +26,11 @@ from distributed import LocalCluster
 
 import kernel_cluster
 from kernel_cluster import MemorySampler, performance_report, span
-from kernel_cluster.diagnostics import dask_scheduler
-from kernel_cluster.diagnostics import source as source_module
-from kernel_cluster.diagnostics.dask_source import DaskSource, SchedulerUnreachable
-from kernel_cluster.diagnostics.source import DiagnosticsSource, source_of, watch_default_source
+from kernel_cluster.diagnostics import attach as source_module
+from kernel_cluster.diagnostics.attach import source_of, watch_default_source
+from kernel_cluster.diagnostics.source import DiagnosticsSource
+from kernel_cluster.diagnostics.sources import dask_plugin
+from kernel_cluster.diagnostics.sources.dask_source import DaskSource, SchedulerUnreachable
 from kernel_cluster.jupyter import lab
 from kernel_cluster.jupyter.widgets import (
     FineMetrics,
@@ -266,7 +267,7 @@ def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
     """Dask keeps every span; the reads fold old finished default spans as the engine
     does, so that polling stays bounded however many loops of submit().result() ran."""
     source = source_of(dask_client)
-    plugin = dask_client.cluster.scheduler.plugins[dask_scheduler.NAME]
+    plugin = dask_client.cluster.scheduler.plugins[dask_plugin.NAME]
     plugin.keep_default_spans, plugin.fold_grace = 2, 0.0
     try:
         before = source.fine_metrics()
@@ -276,8 +277,8 @@ def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
         after = source.fine_metrics()  # folds, once the heartbeats are in
         spans = source.spans(refresh=False)
     finally:
-        plugin.keep_default_spans = dask_scheduler.KEEP_DEFAULT_SPANS
-        plugin.fold_grace = dask_scheduler.FOLD_GRACE
+        plugin.keep_default_spans = dask_plugin.KEEP_DEFAULT_SPANS
+        plugin.fold_grace = dask_plugin.FOLD_GRACE
 
     def tasks(metrics, span_id=None) -> float:
         return sum(
@@ -288,11 +289,11 @@ def test_old_default_spans_fold_and_totals_stay(dask_client) -> None:
 
     assert tasks(after) - tasks(before) == 6  # folding moves numbers, loses none
     defaults = [s for s in spans if s.name == ("default",)]
-    (folded,) = [s for s in defaults if s.id == dask_scheduler.FOLDED_ID]
+    (folded,) = [s for s in defaults if s.id == dask_plugin.FOLDED_ID]
     assert len([s for s in defaults if s.done and s is not folded]) <= 2
     assert tasks(folded.metrics) >= 4
-    assert tasks(after, dask_scheduler.FOLDED_ID) >= 4
-    metrics, label = source.span_metrics(dask_scheduler.FOLDED_ID)
+    assert tasks(after, dask_plugin.FOLDED_ID) >= 4
+    metrics, label = source.span_metrics(dask_plugin.FOLDED_ID)
     assert metrics == folded.metrics and "folded" in label
 
 
@@ -301,10 +302,10 @@ def test_a_scheduler_without_the_plugin_gets_it_again(dask_client) -> None:
     installs it again instead of failing (its history starts anew)."""
     source = source_of(dask_client)
     source.progress()
-    dask_client.unregister_scheduler_plugin(dask_scheduler.NAME)
-    assert dask_scheduler.NAME not in dask_client.cluster.scheduler.plugins
+    dask_client.unregister_scheduler_plugin(dask_plugin.NAME)
+    assert dask_plugin.NAME not in dask_client.cluster.scheduler.plugins
     assert source.task_stream_index() == 0  # read through a new plugin
-    assert dask_scheduler.NAME in dask_client.cluster.scheduler.plugins
+    assert dask_plugin.NAME in dask_client.cluster.scheduler.plugins
 
 
 def test_a_closed_dask_client_is_named_with_its_schedulers_address(dask_client) -> None:

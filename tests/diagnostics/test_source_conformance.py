@@ -28,7 +28,7 @@ import pytest
 from kernel_cluster import Client, KernelCluster, span
 from kernel_cluster.core.profile_tree import from_flat
 from kernel_cluster.core.scheduler_tasks import ALL_STATES
-from kernel_cluster.diagnostics.engine_source import EngineSource
+from kernel_cluster.diagnostics.attach import attach, set_default_source, source_of
 from kernel_cluster.diagnostics.snapshots import (
     ClusterInfo,
     MemorySnapshot,
@@ -41,12 +41,8 @@ from kernel_cluster.diagnostics.snapshots import (
     TransferLogs,
     WorkerInfo,
 )
-from kernel_cluster.diagnostics.source import (
-    DiagnosticsSource,
-    attach,
-    set_default_source,
-    source_of,
-)
+from kernel_cluster.diagnostics.source import DiagnosticsSource
+from kernel_cluster.diagnostics.sources.engine_source import EngineSource
 from tests.engine.helpers import assert_nothing_left, running_now
 from tests.views.fakes import StreamSource, run_workload
 
@@ -166,7 +162,7 @@ def _dask() -> Iterator[Observed]:
     from distributed import Client as DaskClient
     from distributed import LocalCluster
 
-    from kernel_cluster.diagnostics import source as source_module
+    from kernel_cluster.diagnostics import attach as source_module
 
     module = sys.modules[__name__]
     cloudpickle.register_pickle_by_value(module)  # the workers need not import tests

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from kernel_cluster import Client, span
-from kernel_cluster.diagnostics.memory_sampler import PlainMemorySampler
-from kernel_cluster.diagnostics.profile_query import profile, profile_metadata
-from kernel_cluster.diagnostics.progress_text import TextProgress
-from kernel_cluster.diagnostics.report import performance_report
-from kernel_cluster.diagnostics.source import DiagnosticsSource, source_of
-from kernel_cluster.diagnostics.task_stream_recorder import TaskStreamRecorder
+from kernel_cluster.diagnostics.attach import source_of
+from kernel_cluster.diagnostics.pages.report import performance_report
+from kernel_cluster.diagnostics.queries.memory_sampler import PlainMemorySampler
+from kernel_cluster.diagnostics.queries.profile import profile, profile_metadata
+from kernel_cluster.diagnostics.queries.progress_text import TextProgress
+from kernel_cluster.diagnostics.queries.task_stream import TaskStreamRecorder
+from kernel_cluster.diagnostics.source import DiagnosticsSource
 from kernel_cluster.jupyter.publisher import FEEDS, Publisher
 
 MEMBERS = {

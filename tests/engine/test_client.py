@@ -8,9 +8,9 @@ from operator import add, mul
 
 import pytest
 
-from kernel_cluster.client import Client, get_client
+from kernel_cluster.client.client import Client, get_client
+from kernel_cluster.client.futures import Future, as_completed, wait
 from kernel_cluster.core.keys import key_split
-from kernel_cluster.futures import Future, as_completed, wait
 
 from .helpers import CallLog, blocked_until, on_loop, scheduler_keys
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
+from kernel_cluster.engine.cli import main as worker_main
 from kernel_cluster.engine.cluster import KernelCluster, WorkerSettings
 from kernel_cluster.engine.config import PER_WORKER, SETTINGS, WorkerConfig
-from kernel_cluster.worker_cli import main as worker_main
 
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"))
 _seconds = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False)

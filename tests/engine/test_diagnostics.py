@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from kernel_cluster import Client, KernelCluster, MemorySampler, SchedulerPlugin
+from kernel_cluster.client.futures import wait
 from kernel_cluster.engine.task_stream_plugin import TaskStreamPlugin
-from kernel_cluster.futures import wait
 
 
 def inc(x):

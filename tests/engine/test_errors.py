@@ -8,9 +8,9 @@ from operator import add
 
 import pytest
 
-from kernel_cluster.client import Client, MissingKeyError
+from kernel_cluster.client.client import Client, MissingKeyError
+from kernel_cluster.client.futures import CancelledError, as_completed, wait
 from kernel_cluster.core.spec import GraphError
-from kernel_cluster.futures import CancelledError, as_completed, wait
 
 from .helpers import (
     blocked_until,

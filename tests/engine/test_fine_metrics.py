@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kernel_cluster import Client, KernelCluster, context_meter
-from kernel_cluster.futures import wait
+from kernel_cluster.client.futures import wait
 
 from .helpers import wait_for
 

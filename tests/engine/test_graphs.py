@@ -7,8 +7,8 @@ from operator import add
 
 import pytest
 
-from kernel_cluster.client import Client
-from kernel_cluster.futures import wait
+from kernel_cluster.client.client import Client
+from kernel_cluster.client.futures import wait
 
 from .helpers import (
     CallLog,

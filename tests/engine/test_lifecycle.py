@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-import kernel_cluster.client as client_module
-from kernel_cluster.client import Client, get_client
+import kernel_cluster.client.client as client_module
+from kernel_cluster.client.client import Client, get_client
+from kernel_cluster.client.futures import CancelledError, as_completed, wait
 from kernel_cluster.engine.cluster import KernelCluster
-from kernel_cluster.futures import CancelledError, as_completed, wait
 
 from .helpers import (
     FileEvent,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
 from kernel_cluster.core.scheduler_state import SEND_AHEAD
 
 from .helpers import (

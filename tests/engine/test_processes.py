@@ -164,7 +164,7 @@ def test_external_worker_joins_with_token_file(pcluster, pclient, tmp_path):
         [
             sys.executable,
             "-m",
-            "kernel_cluster.worker_cli",
+            "kernel_cluster.engine.cli",
             pcluster.scheduler_address,
             "--nthreads",
             "1",
@@ -200,7 +200,7 @@ def test_worker_without_secret_cannot_join(pcluster):
     env = {k: v for k, v in os.environ.items() if k != "KERNEL_CLUSTER_TOKEN"}
     env["KERNEL_CLUSTER_TOKEN"] = "00" * 32
     proc = subprocess.run(
-        [sys.executable, "-m", "kernel_cluster.worker_cli", pcluster.scheduler_address],
+        [sys.executable, "-m", "kernel_cluster.engine.cli", pcluster.scheduler_address],
         env=env,
         capture_output=True,
         timeout=60,

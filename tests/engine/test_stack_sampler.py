@@ -18,7 +18,7 @@ import pytest
 from kernel_cluster import Client, KernelCluster
 from kernel_cluster.core.profile_tree import depth, inclusive_counts, iter_nodes, new_tree, validate
 from kernel_cluster.core.spec import Call, evaluate
-from kernel_cluster.diagnostics.profile_codec import unflatten
+from kernel_cluster.diagnostics.feeds.profile_codec import unflatten
 from kernel_cluster.engine.stack_sampler import StackSampler
 
 from .helpers import wait_for

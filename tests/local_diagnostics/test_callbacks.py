@@ -13,7 +13,7 @@ from operator import add, mul
 import pytest
 
 from kernel_cluster import Callback, Client, get_client, get_sync
-from kernel_cluster.diagnostics.callbacks import RemoteValue, active_callbacks
+from kernel_cluster.local_diagnostics.callbacks import RemoteValue, active_callbacks
 from tests.engine.helpers import on_loop
 
 DSK = {"a": (add, 1, 2), "b": (add, 3, "a"), "c": (mul, "a", "b")}
@@ -163,7 +163,7 @@ class Raises(Callback):
 def test_a_hook_that_raises_is_reported_once_and_the_result_stands(client, caplog, hook):
     rec = Recorder()
     bad = Raises(hook, ValueError)
-    with caplog.at_level(logging.WARNING, "kernel_cluster.diagnostics.callbacks"):
+    with caplog.at_level(logging.WARNING, "kernel_cluster.local_diagnostics.callbacks"):
         with bad, rec:
             assert client.get(DSK, "c") == 18
         with bad, rec:

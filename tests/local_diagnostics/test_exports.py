@@ -23,15 +23,15 @@ def test_the_names_dask_users_import():
 
 
 def test_visualize_is_the_plots_modules():
-    plots = importlib.import_module("kernel_cluster.diagnostics.local_plots")
+    plots = importlib.import_module("kernel_cluster.local_diagnostics.plots")
     assert diagnostics.visualize is plots.visualize is kernel_cluster.visualize
 
 
 def test_importing_kernel_cluster_loads_no_profiler():
     code = (
         "import sys, kernel_cluster; "
-        "print(sorted(m for m in ('kernel_cluster.diagnostics.local_profilers', "
-        "'kernel_cluster.local') if m in sys.modules))"
+        "print(sorted(m for m in ('kernel_cluster.local_diagnostics.profilers', "
+        "'kernel_cluster.local_diagnostics.sync') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

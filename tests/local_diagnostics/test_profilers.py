@@ -25,7 +25,7 @@ from kernel_cluster import (
     sizeof,
 )
 from kernel_cluster.diagnostics import Callback
-from kernel_cluster.diagnostics.local_records import CacheData, ResourceData, TaskData
+from kernel_cluster.local_diagnostics.records import CacheData, ResourceData, TaskData
 from tests.engine.helpers import wait_for
 
 
@@ -193,7 +193,7 @@ def test_the_sampler_ends_when_its_parent_dies(tmp_path):
         textwrap.dedent(
             """
             import os, sys
-            from kernel_cluster.diagnostics.local_profilers import ResourceProfiler
+            from kernel_cluster.local_diagnostics.profilers import ResourceProfiler
             rprof = ResourceProfiler(dt=0.05)
             rprof.__enter__()
             print(rprof._proc.pid, flush=True)

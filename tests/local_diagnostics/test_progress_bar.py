@@ -10,8 +10,8 @@ from operator import add
 import pytest
 
 from kernel_cluster import Callback, ProgressBar, get_sync
-from kernel_cluster.diagnostics import progress_bar
-from kernel_cluster.diagnostics.progress_bar import format_time
+from kernel_cluster.local_diagnostics import progress_bar
+from kernel_cluster.local_diagnostics.progress_bar import format_time
 from tests.engine.helpers import FileEvent, wait_for
 
 DSK = {"a": (add, 1, 2), "b": (add, 3, "a"), "c": (add, "a", "b")}
@@ -120,7 +120,7 @@ def test_in_a_notebook_the_widget_shows_instead(client, monkeypatch):
         shown.append(c)
         return lambda: shown.append("stopped")
 
-    monkeypatch.setattr(progress_bar, "_notebook_display", display)
+    monkeypatch.setattr(progress_bar, "progress_bar_widget", display)
     out = io.StringIO()
     with ProgressBar(out=out):
         client.get(DSK, "c")
@@ -129,11 +129,8 @@ def test_in_a_notebook_the_widget_shows_instead(client, monkeypatch):
     assert out.getvalue().count("100% Completed") == 1
 
 
-def test_outside_a_notebook_the_jupyter_hook_shows_nothing(client):
-    from kernel_cluster.jupyter.progress_bar_view import progress_bar_widget
-
-    assert progress_bar._notebook_display is progress_bar_widget
-    assert progress_bar_widget(client) is None
+def test_outside_a_notebook_the_widget_is_not_shown(client):
+    assert progress_bar.progress_bar_widget(client) is None
 
 
 def test_format_time():

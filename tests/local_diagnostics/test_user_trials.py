@@ -17,7 +17,7 @@ import pytest
 from kernel_cluster import CacheProfiler, ProgressBar, ResourceProfiler, get_sync
 from kernel_cluster.core.spec import GraphError
 from kernel_cluster.diagnostics import Callback
-from kernel_cluster.diagnostics.callbacks import active_callbacks
+from kernel_cluster.local_diagnostics.callbacks import active_callbacks
 from tests.engine.helpers import wait_for
 
 

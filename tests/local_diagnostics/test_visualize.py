@@ -10,15 +10,15 @@ from operator import add
 
 import pytest
 
-from kernel_cluster.diagnostics import local_plots
-from kernel_cluster.diagnostics.local_plots import (
+from kernel_cluster.local_diagnostics import plots as local_plots
+from kernel_cluster.local_diagnostics.plots import (
     group_name,
     plots_data,
     short_repr,
     task_text,
     visualize,
 )
-from kernel_cluster.diagnostics.local_records import CacheData, ResourceData, TaskData
+from kernel_cluster.local_diagnostics.records import CacheData, ResourceData, TaskData
 
 T0 = 1_700_000_000.0
 
@@ -220,7 +220,6 @@ def test_widget_mode_gives_the_widget_with_the_data(tmp_path):
     pytest.importorskip("anywidget")
     from kernel_cluster.jupyter.widgets import ProfilerPlots
 
-    assert local_plots._notebook_view is not None  # kernel_cluster's import registered it
     w = visualize(profilers(), mode="widget")
     try:
         assert isinstance(w, ProfilerPlots) and w.kind == "profiler-plots"
@@ -237,7 +236,7 @@ def test_widget_mode_gives_the_widget_with_the_data(tmp_path):
 def test_in_a_notebook_the_default_is_the_widget(monkeypatch, tmp_path):
     pytest.importorskip("anywidget")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(local_plots, "_in_notebook", lambda: True)
+    monkeypatch.setattr(local_plots, "in_notebook", lambda: True)
     w = visualize(profilers())
     try:
         assert w.kind == "profiler-plots"

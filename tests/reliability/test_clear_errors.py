@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernel_cluster import SchedulerPlugin, performance_report
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
 from kernel_cluster.engine.comm import SerializationError
 
 
@@ -228,8 +228,8 @@ def test_a_dict_graph_value_that_cannot_travel_is_named():
     """A task that is a plain value, not a call (``{"x": lock}``, or a future put in a
     dict graph given to ``client.get`` with worker processes), made the error report
     itself fail: ``AttributeError: ... has no attribute 'func'`` hid the cause."""
+    from kernel_cluster.client.graph_packing import dumps_task
     from kernel_cluster.core.spec import TaskSpec
-    from kernel_cluster.graph_packing import dumps_task
 
     with pytest.raises(SerializationError, match=r"the value of task 'x'.*lock"):
         dumps_task("x", TaskSpec(threading.Lock(), frozenset()))

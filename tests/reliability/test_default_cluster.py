@@ -3,8 +3,8 @@ working. The last client to close stops it."""
 
 from __future__ import annotations
 
-from kernel_cluster import client as client_module
-from kernel_cluster.client import Client
+from kernel_cluster.client import client as client_module
+from kernel_cluster.client.client import Client
 from tests.engine.helpers import assert_nothing_left, running_now
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
 from kernel_cluster.core.scheduler_tasks import TaskGroup, TaskPrefix
 from kernel_cluster.core.spans import FOLDED_ID, FoldedSpan, SpanTree
-from kernel_cluster.diagnostics.report import _subtract
-from kernel_cluster.diagnostics.table_feeds import MetricsFeed, MetricsReader, metric_key
+from kernel_cluster.diagnostics.feeds.tables import MetricsFeed, MetricsReader, metric_key
+from kernel_cluster.diagnostics.pages.report import _subtract
 
 # -- the span tree on its own: events by hand ---------------------------------------------
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import cloudpickle
 import pytest
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
 from kernel_cluster.engine.cluster import KernelCluster
 from kernel_cluster.engine.comm.frames import MAX_MESSAGE_SIZE_ENV
 

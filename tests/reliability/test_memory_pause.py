@@ -22,9 +22,9 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
+from kernel_cluster.client.futures import wait
 from kernel_cluster.engine.cluster import KernelCluster
-from kernel_cluster.futures import wait
 from tests.engine.helpers import wait_for
 
 N = 60

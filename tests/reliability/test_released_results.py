@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
 from kernel_cluster.engine.cluster import KernelCluster
 from tests.engine.helpers import is_idle, on_workers, wait_for
 

@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 
-from kernel_cluster.client import Client
+from kernel_cluster.client.client import Client
 from kernel_cluster.engine.cluster import KernelCluster
 from kernel_cluster.engine.config import WorkerConfig
 from kernel_cluster.engine.loop import LoopThread

@@ -10,8 +10,8 @@ import pytest
 from comm.base_comm import BaseComm
 
 from kernel_cluster import Client, KernelCluster, span
-from kernel_cluster.diagnostics.source import default_source, set_default_source
-from kernel_cluster.diagnostics.table_feeds import MetricsReader
+from kernel_cluster.diagnostics.attach import default_source, set_default_source
+from kernel_cluster.diagnostics.feeds.tables import MetricsReader
 from kernel_cluster.jupyter import lab
 from tests.engine.helpers import wait_for
 

@@ -6,7 +6,12 @@ import io
 
 import pytest
 
-from kernel_cluster.diagnostics.progress_text import TextProgress, bar, format_bars, summarize
+from kernel_cluster.diagnostics.queries.progress_text import (
+    TextProgress,
+    bar,
+    format_bars,
+    summarize,
+)
 from kernel_cluster.jupyter.notebook import progress
 
 from .fakes import Clock, FakeSource

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_cluster.diagnostics.profile_feed import ProfileReader
-from kernel_cluster.diagnostics.table_feeds import MetricsReader, RecordsReader
-from kernel_cluster.diagnostics.task_stream_feed import TaskStreamReader
+from kernel_cluster.diagnostics.feeds.profile import ProfileReader
+from kernel_cluster.diagnostics.feeds.tables import MetricsReader, RecordsReader
+from kernel_cluster.diagnostics.feeds.task_stream import TaskStreamReader
 from kernel_cluster.jupyter.publisher import MIN_INTERVAL, Poller, Publisher
 
 from ..engine.helpers import wait_for

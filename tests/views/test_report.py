@@ -10,8 +10,8 @@ import time
 import pytest
 
 from kernel_cluster import performance_report, span
-from kernel_cluster.diagnostics import report as report_module
-from kernel_cluster.diagnostics.table_feeds import MetricsReader, RecordsReader
+from kernel_cluster.diagnostics.feeds.tables import MetricsReader, RecordsReader
+from kernel_cluster.diagnostics.pages import report as report_module
 
 from ..engine.helpers import wait_for
 from .fakes import FakeSource, span_info
@@ -94,8 +94,8 @@ def crunch_numbers(x):
 
 
 def report_sections(html: str):
-    from kernel_cluster.diagnostics.profile_codec import unflatten
-    from kernel_cluster.diagnostics.task_stream_feed import TaskStreamReader
+    from kernel_cluster.diagnostics.feeds.profile_codec import unflatten
+    from kernel_cluster.diagnostics.feeds.task_stream import TaskStreamReader
 
     data = report_data(html)
     (update,) = data["updates"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from kernel_cluster.diagnostics.table_feeds import (
+from kernel_cluster.diagnostics.feeds.tables import (
     MetricsFeed,
     MetricsReader,
     RecordsFeed,

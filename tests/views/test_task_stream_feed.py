@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from kernel_cluster.diagnostics.feeds.task_stream import TaskStreamFeed, TaskStreamReader
 from kernel_cluster.diagnostics.snapshots import StartStop, TaskStreamRecord
-from kernel_cluster.diagnostics.task_stream_feed import TaskStreamFeed, TaskStreamReader
 
 from .fakes import record
 

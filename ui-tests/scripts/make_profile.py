@@ -10,8 +10,8 @@ import random
 import sys
 import time
 
-from kernel_cluster.diagnostics.local_plots import visualize
-from kernel_cluster.diagnostics.local_records import CacheData, ResourceData, TaskData
+from kernel_cluster.local_diagnostics.plots import visualize
+from kernel_cluster.local_diagnostics.records import CacheData, ResourceData, TaskData
 
 
 def random_sample(seed):

@@ -1,4 +1,4 @@
-// The local profilers' plots (kernel_cluster.diagnostics.local_plots.visualize): a
+// The local profilers' plots (kernel_cluster.local_diagnostics.plots.visualize): a
 // vertical stack sharing one time axis, in seconds from the first record. Tasks
 // are the task stream view (a row per worker, coloured by function; wheel zooms,
 // drag pans, double-click fits, and every plot below follows); resources and the

@@ -1,4 +1,4 @@
-// The self-contained performance report: kernel_cluster.diagnostics.report writes
+// The self-contained performance report: kernel_cluster.diagnostics.pages.report writes
 // the recorded data into the page as JSON (binary buffers in base64) next to this
 // script, which draws the same views as the notebook widgets, offline.
 import { h } from './dom';

@@ -25,8 +25,8 @@ from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..core.spans import FOLDED_ID, is_default_span_id
-from .snapshots import SpanInfo
+from ...core.spans import FOLDED_ID, is_default_span_id
+from ..snapshots import SpanInfo
 
 Message = tuple[dict[str, Any], list[bytes]]
 MetricKey = tuple[str | None, str | None, str | None, str | None, str | None]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from .snapshots import Metrics
+from ..snapshots import Metrics
 
 COLUMNS = ["context", "span", "function", "activity", "unit", "value"]
 

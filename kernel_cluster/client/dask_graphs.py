@@ -9,7 +9,8 @@ here is simply a call of the node on a dict of references: dask's own rules
 and ``core/`` never learns that dask exists.
 
 dask stays optional: nothing here imports it until a dask object is handed in, and
-``is_dask_graph`` answers without importing it when it was never loaded.
+``core.dask_specs.is_dask_graph`` answers without importing it when it was never
+loaded; ``core.dask_specs.node_specs`` makes the specs, shared with ``get_sync``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core.keys import Key, validate_key
-from .core.spec import Call, GraphError, Ref, TaskSpec, check_acyclic
+from ..core.dask_specs import is_dask_graph, node_specs
+from ..core.keys import Key
+from ..core.spec import GraphError, TaskSpec, check_acyclic
 from .futures import Future
 
 __all__ = [
@@ -36,18 +38,6 @@ __all__ = [
 
 # what dask.annotate(...) may say that this engine acts on; the rest is ignored
 HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority", "retries"})
-
-
-def is_dask_graph(dsk: Any) -> bool:
-    """Whether ``dsk`` came from dask: an expression or collection, or a dict holding
-    dask's task objects. Cheap when dask was never imported (nothing can be)."""
-    if "dask" not in sys.modules:
-        return False
-    if not isinstance(dsk, Mapping):
-        return hasattr(dsk, "__dask_graph__")
-    from dask._task_spec import GraphNode
-
-    return any(isinstance(v, GraphNode) for v in dsk.values())
 
 
 @dataclass
@@ -66,12 +56,12 @@ class DaskGraph:
     ignored: frozenset[str] = frozenset()
 
 
-def _run(node: Any, values: dict[Key, Any]) -> Any:
-    """A dask node evaluated on its dependencies' values (what a worker calls)."""
-    return node(values)
+_MISSING_HINT = (
+    "Pass the whole graph (or persist the collection it comes from with this client first)."
+)
 
 
-def convert(dsk: Any, client: Any) -> DaskGraph:
+def convert(dsk: Any, client: Any, hint: str = _MISSING_HINT) -> DaskGraph:
     """Task specs for a dask expression, collection or graph dict.
 
     Futures in the graph (a persisted collection's pieces) become references to
@@ -97,32 +87,26 @@ def convert(dsk: Any, client: Any) -> DaskGraph:
             _check_owner(value, client)
             held[value.key] = value
     nodes = convert_legacy_graph(dsk)  # futures become references to their keys
-    specs: dict[Key, TaskSpec] = {}
     for key, node in nodes.items():
-        validate_key(key)
-        if type(node) is Alias and node.target != key:
-            target: Any = node.target
-            specs[key] = TaskSpec(Ref(target), frozenset((target,)))
-            continue
         if type(node) is Task:
-            node = _futures_as_refs(node, held, client, TaskRef, Task)
-        deps = node.dependencies
-        refs = {d: Ref(d) for d in deps}
-        specs[key] = TaskSpec(Call(_run, (node, refs)), frozenset(deps))
+            nodes[key] = _futures_as_refs(node, held, client, TaskRef, Task)
+    specs = node_specs(nodes, Alias)
+    missing_dependencies(specs, lambda dep: dep in held or client._holds(dep), hint)
+    check_acyclic(specs)
+    return _with_annotations(DaskGraph(specs, held), annotations)
+
+
+def missing_dependencies(specs: dict[Key, TaskSpec], held: Any, hint: str) -> None:
+    """Raise GraphError for the first task reading a key the graph does not define
+    and ``held(key)`` does not vouch for, before anything runs."""
     for key, spec in specs.items():
         for dep in spec.dependencies:
-            if dep not in specs and dep not in held and not client._holds(dep):
-                hint = getattr(client, "missing_key_hint", None) or (
-                    "Pass the whole graph (or persist the collection it comes from with "
-                    "this client first)."
-                )
+            if dep not in specs and not held(dep):
                 raise GraphError(
                     f"Task {key!r} needs key {dep!r}, which the graph does not define and no "
                     f"future holds. {hint}",
                     keys=(key, dep),
                 )
-    check_acyclic(specs)
-    return _with_annotations(DaskGraph(specs, held), annotations)
 
 
 def _futures_as_refs(

@@ -27,11 +27,11 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .core.keys import Key
-from .core.spec import TaskSpec, pack_results
-from .diagnostics import value_metrics
-from .diagnostics.callbacks import Callback, CallbackRun, RemoteValue
-from .engine.graph_events import ERRED, FREED, POST, PRE, RETRY, GraphEvents
+from ..core.keys import Key
+from ..core.spec import TaskSpec, pack_results
+from ..engine.graph_events import ERRED, FREED, POST, PRE, RETRY, GraphEvents
+from ..local_diagnostics import value_metrics
+from ..local_diagnostics.callbacks import Callback, CallbackRun, RemoteValue
 from .futures import raise_if_failed
 
 logger = logging.getLogger(__name__)

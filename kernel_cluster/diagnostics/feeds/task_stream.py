@@ -30,8 +30,8 @@ from bisect import bisect_left
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from .snapshots import TaskKey, TaskStreamRecord
-from .table_feeds import Message
+from ..snapshots import TaskKey, TaskStreamRecord
+from .tables import Message
 
 ACTIONS = ("compute", "transfer", "disk-read", "disk-write", "deserialize")
 _ACTION = {a: i for i, a in enumerate(ACTIONS)}

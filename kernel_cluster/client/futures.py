@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
-from .core.keys import Key
+from ..core.keys import Key
 
 
 def task_error(state: Any) -> BaseException:

@@ -8,7 +8,7 @@
 
 ``DaskSource`` reads what a Dask scheduler already keeps (its fine performance
 metrics, the spans extension, task prefixes, workers' heartbeats) through a small
-scheduler plugin (``dask_scheduler.ViewsPlugin``) installed on attach. Each read is
+scheduler plugin (``dask_plugin.ViewsPlugin``) installed on attach. Each read is
 one round trip to one handler, answered on the scheduler's event loop with a
 snapshot, and bounded by ``timeout`` seconds: a scheduler that goes away makes
 every read fail fast with ``SchedulerUnreachable`` (a RuntimeError, which the
@@ -74,8 +74,7 @@ from typing import Any, TypeVar, cast
 
 import cloudpickle
 
-from . import dask_scheduler
-from .snapshots import (
+from ..snapshots import (
     ClusterInfo,
     CodeFrame,
     FlatRow,
@@ -90,6 +89,7 @@ from .snapshots import (
     TransferLogs,
     WorkerInfo,
 )
+from . import dask_plugin
 
 T = TypeVar("T")
 
@@ -144,11 +144,11 @@ def _by_value(obj: object) -> bytes:
     """``obj`` pickled with this package's scheduler-side module inlined, so a
     scheduler or worker without kernel_cluster installed can load it."""
     with _pickle_lock:
-        cloudpickle.register_pickle_by_value(dask_scheduler)
+        cloudpickle.register_pickle_by_value(dask_plugin)
         try:
             return cast(bytes, cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
         finally:
-            cloudpickle.unregister_pickle_by_value(dask_scheduler)
+            cloudpickle.unregister_pickle_by_value(dask_plugin)
 
 
 class DaskSource:
@@ -189,10 +189,10 @@ class DaskSource:
     # -- one read: a round trip to the plugin's handler ----------------------------------------
 
     def _install(self) -> None:
-        plugin = _by_value(dask_scheduler.ViewsPlugin())
+        plugin = _by_value(dask_plugin.ViewsPlugin())
         self._call(
             lambda: self.client.scheduler.register_scheduler_plugin(
-                plugin=plugin, name=dask_scheduler.NAME, idempotent=True
+                plugin=plugin, name=dask_plugin.NAME, idempotent=True
             ),
             self.timeout,
         )
@@ -355,7 +355,7 @@ class DaskSource:
 
     def transfer_logs(self, workers: list[str] | None = None) -> dict[str, TransferLogs]:
         if self._transfer_fn is None:
-            self._transfer_fn = _by_value(dask_scheduler.read_transfer_logs)
+            self._transfer_fn = _by_value(dask_plugin.read_transfer_logs)
         raw = self._read("run_on_workers", function=self._transfer_fn, workers=workers)
         logs = cast(dict[str, dict[str, list[dict[str, Any]]]], raw)
         return {

@@ -17,16 +17,13 @@ from typing import Any
 
 import cloudpickle
 
-from . import dask_graphs
-from .call_keys import funcname, function_token, tokenize
-from .callback_runs import compute_with_callbacks, get_with_callbacks
-from .core.keys import Key, validate_key
-from .core.scheduler_messages import (
+from ..core.keys import Key, validate_key
+from ..core.scheduler_messages import (
     ClientCancelledKeys,
     ClientReleasedKeys,
     GraphSubmitted,
 )
-from .core.spec import (
+from ..core.spec import (
     Call,
     TaskSpec,
     graph_order,
@@ -34,16 +31,19 @@ from .core.spec import (
     parse_graph,
     wanted_keys,
 )
-from .core.spec import MissingKeyError as MissingKeyError  # get's, importable here as before
+from ..core.spec import MissingKeyError as MissingKeyError  # get's, importable here as before
+from ..diagnostics.attach import set_default_source
+from ..diagnostics.sources.engine_source import EngineSource
+from ..engine.cluster import KernelCluster
+from ..engine.comm import SerializationError
+from ..engine.execute import unpack_exception
+from ..engine.plugins import check_plugin
+from ..engine.pool import in_task_thread
+from ..local_diagnostics.callbacks import active_callbacks
+from . import dask_graphs
+from .call_keys import funcname, function_token, tokenize
+from .callback_runs import compute_with_callbacks, get_with_callbacks
 from .dask_graphs import DaskGraph, is_dask_graph
-from .diagnostics.callbacks import active_callbacks
-from .diagnostics.engine_source import EngineSource
-from .diagnostics.source import set_default_source
-from .engine.cluster import KernelCluster
-from .engine.comm import SerializationError
-from .engine.execute import unpack_exception
-from .engine.plugins import check_plugin
-from .engine.pool import in_task_thread
 from .futures import (
     FAILED,
     Future,
@@ -539,9 +539,9 @@ class Client:
     def fine_metrics(self, unit: str | None = "seconds", span: Any = None) -> Any:
         """Where the workers' time went: a DataFrame with columns context, span,
         function, activity, unit and value. ``unit=None`` keeps every unit; see
-        ``kernel_cluster.diagnostics.fine_metrics`` for the by-function and
+        ``kernel_cluster.diagnostics.queries.fine_metrics`` for the by-function and
         by-activity tables."""
-        from .diagnostics.fine_metrics import span_frame, to_frame
+        from ..diagnostics.queries.fine_metrics import span_frame, to_frame
 
         self._check_running()
         if span is None:
@@ -563,7 +563,7 @@ class Client:
     def get_task_stream(self) -> Any:
         """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of
         exactly the tasks that ran inside the block."""
-        from .diagnostics.task_stream_recorder import TaskStreamRecorder
+        from ..diagnostics.queries.task_stream import TaskStreamRecorder
 
         self._check_running()
         return TaskStreamRecorder(self.diagnostics)
@@ -574,7 +574,7 @@ class Client:
         """Task stream records of tasks that ended between ``start`` and ``stop``
         (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them,
         as dicts (``diagnostics.snapshots.TaskStreamRecord.as_dict``)."""
-        from .diagnostics.timewindow import resolve_window
+        from ..diagnostics.queries.timewindow import resolve_window
 
         if count is not None and (
             isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0
@@ -602,8 +602,8 @@ class Client:
         "count", "own", "identifier", "children"}``. ``start`` / ``stop``: timestamps or
         durations ago (``"10s"``); ``key`` / ``prefix``: one task prefix; ``workers``:
         addresses or names; ``filename``: also write an HTML flame graph there."""
-        from .diagnostics.profile_page import profile_to_file
-        from .diagnostics.profile_query import profile
+        from ..diagnostics.pages.profile_page import profile_to_file
+        from ..diagnostics.queries.profile import profile
 
         self._check_running()
         if filename is not None:
@@ -613,7 +613,7 @@ class Client:
     def profile_metadata(self, start: Any = None, stop: Any = None, workers: Any = None) -> dict:
         """Profile samples over time, in total and per task prefix (for a timeline):
         ``{"counts": [(time, n)], "keys": {prefix: [(time, n)]}}``."""
-        from .diagnostics.profile_query import profile_metadata
+        from ..diagnostics.queries.profile import profile_metadata
 
         self._check_running()
         return profile_metadata(self.diagnostics, start, stop, workers)
@@ -621,14 +621,14 @@ class Client:
     def dashboard(self, **kwargs: Any) -> Any:
         """Live widgets for a notebook: progress per task prefix, the span tree and
         the fine metrics panels in one view (``kernel_cluster.jupyter.widgets``)."""
-        from .jupyter.widgets import dashboard
+        from ..jupyter.widgets import dashboard
 
         self._check_running()
         return dashboard(self, **kwargs)
 
     def spans(self) -> Any:
         """The span tree as plain data: ``.roots``, ``[span_id]``, ``.to_pandas()``."""
-        from .diagnostics.spans import SpanTreeView
+        from ..diagnostics.spans import SpanTreeView
 
         self._check_running()
         return SpanTreeView(self.diagnostics.spans())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .source import DiagnosticsSource
+from ..source import DiagnosticsSource
 
 
 class TaskStreamRecorder:

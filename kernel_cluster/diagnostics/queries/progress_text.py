@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from .source import DiagnosticsSource
+from ..source import DiagnosticsSource
 
 
 def summarize(states: Mapping[str, int]) -> dict[str, int]:

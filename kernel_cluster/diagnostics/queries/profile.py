@@ -3,18 +3,15 @@
 Each worker keeps its own profile (see ``engine/stack_sampler.py``); these functions
 ask the chosen workers, through the DiagnosticsSource, for their samples of a time
 window and merge them here, on the client's side, with ``core.profile_tree.merge``.
-``read_static_profiles`` gathers what a static page (flame graph file, performance
-report) carries.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..core.keys import key_split
-from ..core.profile_tree import Tree, from_flat, merge_into, merge_metadata, new_tree
-from .profile_codec import clean_timeline, static_profiles
-from .source import DiagnosticsSource
+from ...core.keys import key_split
+from ...core.profile_tree import Tree, from_flat, merge_into, merge_metadata, new_tree
+from ..source import DiagnosticsSource
 from .timewindow import resolve_window
 
 
@@ -98,29 +95,3 @@ def _workers(source: DiagnosticsSource, workers: Any) -> list[str] | None:
         else:
             raise ValueError(f"No worker is called {w!r}; the workers are {sorted(known)!r}.")
     return out
-
-
-def read_static_profiles(
-    source: DiagnosticsSource,
-    start: float | None = None,
-    stop: float | None = None,
-    prefix: str | None = None,
-    max_prefixes: int = 40,
-    tree: Tree | None = None,
-) -> dict[str, Any] | None:
-    """The profile of a window from a source (``tree`` if it was read already), every
-    task's and each prefix's (the ``max_prefixes`` busiest), for a static page; None
-    when there are no samples."""
-    if tree is None:
-        tree = profile(source, start=start, stop=stop, prefix=prefix)
-    if not tree.get("count"):
-        return None
-    timeline = clean_timeline(profile_metadata(source, start=start, stop=stop))
-    trees = {"": tree}
-    if prefix is None:
-        busiest = sorted(timeline["keys"], key=lambda p: -sum(n for _, n in timeline["keys"][p]))
-        for p in busiest[:max_prefixes]:
-            trees[p] = profile(source, start=start, stop=stop, prefix=p)
-    else:
-        timeline = {"counts": timeline["keys"].get(prefix, []), "keys": {}}
-    return static_profiles(trees, timeline, source.profile_interval())

@@ -2,7 +2,7 @@
 
 Each is a ``Callback``: active in a ``with`` block (entering it again clears its
 ``results``) or after ``register()``; several combine in one ``with`` statement.
-``results`` is a list of ``local_records`` tuples; ``visualize()`` draws them
+``results`` is a list of ``records`` tuples; ``visualize()`` draws them
 (``local_plots``). Times are seconds since the epoch on this machine.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from ..core.sizeof import sizeof
 from .callbacks import Callback, RemoteValue
-from .local_records import CacheData, ResourceData, TaskData
+from .records import CacheData, ResourceData, TaskData
 
 __all__ = ["CacheProfiler", "Profiler", "ResourceProfiler"]
 
@@ -38,8 +38,8 @@ class _Recorder(Callback):
         self.results = []
 
     def visualize(self, **kwargs: Any) -> Any:
-        """Draw ``results`` (see ``kernel_cluster.diagnostics.local_plots.visualize``)."""
-        from .local_plots import visualize  # the plots' module loads on first use
+        """Draw ``results`` (see ``kernel_cluster.local_diagnostics.plots.visualize``)."""
+        from .plots import visualize  # the plots' module loads on first use
 
         return visualize([self], **kwargs)
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.profile_tree import Tree
+from ...core.profile_tree import Tree
+from ..queries.profile import profile, profile_metadata
+from ..source import DiagnosticsSource
 from .profile_codec import DEFAULT_INTERVAL, clean_timeline, flatten, samples_in, unflatten
-from .profile_query import profile, profile_metadata
-from .source import DiagnosticsSource
-from .table_feeds import Message
+from .tables import Message
 
 
 class ProfileFeed:

@@ -1,4 +1,4 @@
-"""``kernel-cluster-worker ADDRESS`` (or ``python -m kernel_cluster.worker_cli``, as the
+"""``kernel-cluster-worker ADDRESS`` (or ``python -m kernel_cluster.engine.cli``, as the
 nanny in engine/cluster.py starts it): join a cluster running elsewhere on this machine.
 
 The cluster's secret comes from the ``KERNEL_CLUSTER_TOKEN`` environment variable
@@ -21,10 +21,10 @@ import sys
 import time
 from collections.abc import Callable
 
-from .engine.comm import TOKEN_ENV, secret_from_env, secret_from_file
-from .engine.config import WorkerConfig
-from .engine.leftovers import remove_cluster_directory, write_owner_file
-from .engine.worker_process import serve
+from .comm import TOKEN_ENV, secret_from_env, secret_from_file
+from .config import WorkerConfig
+from .leftovers import remove_cluster_directory, write_owner_file
+from .worker_process import serve
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,12 +9,12 @@ next) as typed-array columns and a string table::
 
 Frames under ``min_fraction`` of all samples are left out with what is under them,
 and at most ``max_frames`` frames are kept (the smallest go first). The live flame
-graph (``profile_feed``) sends these columns as binary buffers; static pages
+graph (``feeds/profile.py``) sends these columns as binary buffers; static pages
 (``profile_page``, the performance report) carry them in base64 (``static_profiles``).
 
-The four profile modules import one way: ``profile_codec`` (this) <-
-``profile_query`` (read and merge the workers' profiles) <- ``profile_feed`` (the
-live widget's deltas) and ``profile_page`` (the HTML flame graph).
+The profile modules: ``queries/profile.py`` reads and merges the workers' profiles;
+this codec encodes them; ``feeds/profile.py`` (the live widget's deltas) and
+``pages/profile_page.py`` (the HTML flame graph) use both.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.profile_tree import Tree, iter_nodes, new_tree
+from ...core.profile_tree import Tree, iter_nodes, new_tree
 
 DEFAULT_INTERVAL = 0.01  # seconds between samples, for pages made from a tree alone
 

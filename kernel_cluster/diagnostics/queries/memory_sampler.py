@@ -17,8 +17,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .periodic import PeriodicThread
-from .source import Diagnosable, source_of
+from ..attach import source_of
+from ..periodic import PeriodicThread
+from ..source import Diagnosable
 
 MEASURES = ("process", "managed", "unmanaged", "spilled")
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import cloudpickle
 
-from .core.annotations import current_span
-from .core.keys import Key
-from .core.spec import Call, Ref, TaskSpec, holds_refs
-from .engine.comm import SerializationError
+from ..core.annotations import current_span
+from ..core.keys import Key
+from ..core.spec import Call, Ref, TaskSpec, holds_refs
+from ..engine.comm import SerializationError
 from .futures import Future
 
 __all__ = [
@@ -101,7 +101,7 @@ def placement(
     return out or None
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kernel_cluster/
 _code_cache: dict[tuple[str, int], tuple] = {}
 
 

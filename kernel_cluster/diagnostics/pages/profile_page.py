@@ -15,11 +15,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.profile_tree import Tree
-from .profile_codec import DEFAULT_INTERVAL, static_profiles
-from .profile_query import profile, read_static_profiles, resolve_profile_window
-from .report import render_html
-from .source import DiagnosticsSource
+from ...core.profile_tree import Tree
+from ..feeds.profile_codec import DEFAULT_INTERVAL, static_profiles
+from ..queries.profile import profile, resolve_profile_window
+from ..source import DiagnosticsSource
+from .report import read_static_profiles, render_html
 
 
 def flame_graph_html(

@@ -20,19 +20,36 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from ..jupyter.notebook import in_notebook
 from .callbacks import Callback
 
-__all__ = ["ProgressBar", "format_time", "set_notebook_display"]
-
-# client -> a function that stops the widget's updates; set by kernel_cluster.jupyter
-_notebook_display: Callable[[Any], Callable[[], None] | None] | None = None
+__all__ = ["ProgressBar", "format_time", "progress_bar_widget"]
 
 
-def set_notebook_display(fn: Callable[[Any], Callable[[], None] | None] | None) -> None:
-    """``fn(client)`` shows a progress widget for the client's computation when in a
-    notebook and returns what stops its updates (None where it shows nothing)."""
-    global _notebook_display
-    _notebook_display = fn
+def progress_bar_widget(client: Any) -> Callable[[], None] | None:
+    """Show the client's ``Progress`` widget now if in a notebook; returns what ends
+    its updates once the computation is done (None elsewhere: the bar is text)."""
+    if not in_notebook():
+        return None
+    try:
+        from IPython.display import display
+
+        from ..jupyter.widgets import Progress  # anywidget: imported when first needed
+
+        widget = Progress(client)
+    except (ImportError, FileNotFoundError):  # no widget libraries or bundle: text
+        return None
+    display(widget)  # type: ignore[no-untyped-call]
+
+    def done() -> None:
+        try:
+            widget.update(force=True)
+        finally:
+            poller = getattr(widget, "_poller", None)
+            if poller is not None:
+                poller.stop()  # the views stay, showing the final state
+
+    return done
 
 
 def format_time(seconds: float) -> str:
@@ -92,8 +109,8 @@ class ProgressBar(Callback):
             self._runs[id(state)] = bar
         self._state, self._t0 = state, t0
         client = state.get("client")
-        if client is not None and _notebook_display is not None:
-            bar.widget_stop = _notebook_display(client)
+        if client is not None:
+            bar.widget_stop = progress_bar_widget(client)
             if bar.widget_stop is not None:
                 return
         bar.timer = threading.Thread(

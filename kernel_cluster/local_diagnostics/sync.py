@@ -15,28 +15,49 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import dask_graphs
-from .core.spec import evaluate, graph_order, pack_results, parse_graph, wanted_keys
-from .dask_graphs import is_dask_graph
-from .diagnostics.callbacks import CallbackRun, active_callbacks, task_scope
-from .engine.pool import in_task_thread
+from ..core.dask_specs import is_dask_graph, node_specs
+from ..core.spec import (
+    GraphError,
+    check_acyclic,
+    evaluate,
+    graph_order,
+    pack_results,
+    parse_graph,
+    wanted_keys,
+)
+from ..engine.pool import in_task_thread
+from .callbacks import CallbackRun, active_callbacks, task_scope
 
 __all__ = ["get_sync"]
 
 
-class _NoClient:
-    """What converting a dask graph asks of a client, for a graph run here: no
-    future is held, and futures in the graph belong to no cluster of ours."""
+_CANNOT_READ_FUTURES = (
+    "get_sync runs the graph in this thread, without a cluster: it cannot read a "
+    "persisted collection's pieces (futures). Compute it where it was persisted "
+    "(scheduler=client), or build it again without persist()."
+)
 
-    cluster = None
-    missing_key_hint = (
-        "get_sync runs the graph in this thread, without a cluster: it cannot read a "
-        "persisted collection's pieces (futures). Compute it where it was persisted "
-        "(scheduler=client), or build it again without persist()."
-    )
 
-    def _holds(self, key: Any) -> bool:
-        return False
+def _dask_specs(dsk: Any) -> dict[Any, Any]:
+    """The task specs of a dask graph, for a run in this thread (no futures here)."""
+    from dask._task_spec import Alias, convert_legacy_graph
+
+    if not isinstance(dsk, Mapping):
+        dsk = dsk.__dask_graph__()
+    for key, value in dsk.items():
+        if getattr(type(value), "__dask_future__", False):
+            raise GraphError(f"Key {key!r} is a future. {_CANNOT_READ_FUTURES}", keys=(key,))
+    specs = node_specs(convert_legacy_graph(dsk), Alias)
+    for key, spec in specs.items():
+        for dep in spec.dependencies:
+            if dep not in specs:
+                raise GraphError(
+                    f"Task {key!r} needs key {dep!r}, which the graph does not define. "
+                    f"{_CANNOT_READ_FUTURES}",
+                    keys=(key, dep),
+                )
+    check_acyclic(specs)
+    return specs
 
 
 def get_sync(dsk: Any, keys: Any, **kwargs: Any) -> Any:
@@ -45,7 +66,7 @@ def get_sync(dsk: Any, keys: Any, **kwargs: Any) -> Any:
     (``dask.compute(x, scheduler=kernel_cluster.get_sync)``). ``kwargs`` are accepted
     and ignored (dask passes some to a scheduler's ``get``)."""
     if is_dask_graph(dsk):  # dask.compute(x, scheduler=get_sync)
-        specs = dask_graphs.convert(dsk, _NoClient()).specs
+        specs = _dask_specs(dsk)
         if not isinstance(dsk, Mapping):
             dsk = dsk.__dask_graph__()  # what the hooks are shown
     else:

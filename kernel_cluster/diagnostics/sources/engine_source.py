@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, cast
 
-from ..core.spans import Span
-from ..engine.cluster import KernelCluster
-from ..engine.stack_sampler import read_profile, read_profile_metadata
-from .snapshots import (
+from ...core.spans import Span
+from ...engine.cluster import KernelCluster
+from ...engine.stack_sampler import read_profile, read_profile_metadata
+from ..snapshots import (
     ClusterInfo,
     FlatRow,
     MemorySnapshot,
@@ -29,7 +29,7 @@ from .snapshots import (
     TransferLogs,
     WorkerInfo,
 )
-from .source import DiagnosticsSource
+from ..source import DiagnosticsSource
 
 
 class EngineSource:

@@ -34,17 +34,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.spans import FOLDED_ID, is_default_span_id
-from .memory_sampler import Periodic
-from .profile_query import read_static_profiles
-from .snapshots import Metrics, SpanInfo, TaskStreamRecord, TransferLogs
-from .source import Diagnosable, DiagnosticsSource, source_of
-from .table_feeds import MetricsFeed, RecordsFeed, progress_records, span_records
-from .task_stream_feed import TaskStreamFeed
+from ...core.profile_tree import Tree
+from ...core.spans import FOLDED_ID, is_default_span_id
+from ..attach import source_of
+from ..feeds.profile_codec import clean_timeline, static_profiles
+from ..feeds.tables import MetricsFeed, RecordsFeed, progress_records, span_records
+from ..feeds.task_stream import TaskStreamFeed
+from ..queries.memory_sampler import Periodic
+from ..queries.profile import profile, profile_metadata
+from ..snapshots import Metrics, SpanInfo, TaskStreamRecord, TransferLogs
+from ..source import Diagnosable, DiagnosticsSource
 
 T = TypeVar("T")
 
-STATIC = Path(__file__).resolve().parent.parent / "jupyter" / "static"
+STATIC = Path(__file__).resolve().parents[2] / "jupyter" / "static"
 _VERSIONED = ("kernel-cluster", "tornado", "msgpack", "cloudpickle", "pandas", "numpy")
 
 
@@ -344,3 +347,29 @@ def render_html(data: dict[str, Any], heading: str = "", note: str = "") -> str:
 </body>
 </html>
 """
+
+
+def read_static_profiles(
+    source: DiagnosticsSource,
+    start: float | None = None,
+    stop: float | None = None,
+    prefix: str | None = None,
+    max_prefixes: int = 40,
+    tree: Tree | None = None,
+) -> dict[str, Any] | None:
+    """The profile of a window from a source (``tree`` if it was read already), every
+    task's and each prefix's (the ``max_prefixes`` busiest), for a static page; None
+    when there are no samples."""
+    if tree is None:
+        tree = profile(source, start=start, stop=stop, prefix=prefix)
+    if not tree.get("count"):
+        return None
+    timeline = clean_timeline(profile_metadata(source, start=start, stop=stop))
+    trees = {"": tree}
+    if prefix is None:
+        busiest = sorted(timeline["keys"], key=lambda p: -sum(n for _, n in timeline["keys"][p]))
+        for p in busiest[:max_prefixes]:
+            trees[p] = profile(source, start=start, stop=stop, prefix=p)
+    else:
+        timeline = {"counts": timeline["keys"].get(prefix, []), "keys": {}}
+    return static_profiles(trees, timeline, source.profile_interval())

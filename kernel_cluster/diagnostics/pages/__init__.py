@@ -1,0 +1,1 @@
+"""Self-contained HTML pages: the performance report and the profile page."""
