@@ -30,8 +30,9 @@ import psutil
 
 from ..core.annotations import current_span
 from ..core.keys import Key
-from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
+from ..core.metrics import MeterFrame, MetricsLedger
 from ..core.scheduler_messages import SetClusterBusy, ToWorker
+from ..core.thread_accounts import ThreadTimeline
 from ..core.worker_messages import (
     Execute,
     ExecuteAfter,
@@ -140,7 +141,7 @@ class Worker:
         self._follow: dict[Key, Any] = {}
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
-        self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
+        self.timeline = ThreadTimeline()  # each task thread's account (core/thread_accounts.py)
         self._runners: dict[int, TaskRunner] = {}  # by thread, made on their first task
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result

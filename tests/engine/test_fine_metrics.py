@@ -200,8 +200,8 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
 
     import cloudpickle
 
-    from kernel_cluster.core.metrics import ThreadTimeline
     from kernel_cluster.core.spec import Call, TaskSpec
+    from kernel_cluster.core.thread_accounts import ThreadTimeline
     from kernel_cluster.core.worker_messages import ExecuteFailed, ExecuteSucceeded
     from kernel_cluster.engine.execute import TaskRunner
 
