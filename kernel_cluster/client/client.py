@@ -60,6 +60,7 @@ from .graph_packing import (
     placement,
     rebuild,
     replace_futures,
+    share_code_sources,
 )
 
 _default_cluster: KernelCluster | None = None
@@ -234,7 +235,12 @@ class Client:
         else:
             validate_key(key)
         spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
-        payload = dumps_task(key, spec) if self._pickle_tasks else spec
+        if self._pickle_tasks:
+            files: set[str] = set()
+            payload: TaskSpec | bytes = dumps_task(key, spec, files)
+            share_code_sources(self.cluster, files)
+        else:
+            payload = spec
         with self._lock:
             event = GraphSubmitted(
                 self.id,
@@ -278,6 +284,7 @@ class Client:
             keys = []
         ftoken = function_token(fn) if pure else ""
         specs: dict[Key, TaskSpec | bytes] = {}  # bytes: pickled for worker processes
+        files: set[str] = set()  # of the code pickled by value
         dependencies: dict[Key, frozenset] = {}
         order: dict[Key, int] = {}
         out_keys = []
@@ -294,9 +301,11 @@ class Client:
             if k in specs:
                 continue
             spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
-            specs[k] = dumps_task(k, spec) if self._pickle_tasks else spec
+            specs[k] = dumps_task(k, spec, files) if self._pickle_tasks else spec
             dependencies[k] = spec.dependencies
             order[k] = i
+        if files:
+            share_code_sources(self.cluster, files)
         with self._lock:
             event = GraphSubmitted(
                 self.id,
@@ -357,11 +366,13 @@ class Client:
         deps = {k: s.dependencies for k, s in specs.items()}
         payloads: dict = specs
         if self._pickle_tasks:
+            files: set[str] = set()
             payloads = (
-                dumps_library_tasks(specs)
+                dumps_library_tasks(specs, files)
                 if graph is not None
-                else {k: dumps_task(k, s) for k, s in specs.items()}
+                else {k: dumps_task(k, s, files) for k, s in specs.items()}
             )
+            share_code_sources(self.cluster, files)
         return GraphSubmitted(self.id, payloads, deps, wanted, order, ann)
 
     def _holds(self, key: Key) -> bool:

@@ -22,6 +22,7 @@ import cloudpickle
 from ..core.annotations import current_span
 from ..core.keys import Key
 from ..core.spec import Call, Ref, TaskSpec, holds_refs
+from ..engine import code_sources
 from ..engine.comm import SerializationError
 from .futures import Future
 
@@ -32,14 +33,18 @@ __all__ = [
     "placement",
     "rebuild",
     "replace_futures",
+    "share_code_sources",
     "user_code",
 ]
 
 
-def dumps_task(key: Key, spec: TaskSpec) -> bytes:
-    """Pickle a task for another process, or say which part of it cannot travel."""
+def dumps_task(key: Key, spec: TaskSpec, files: set[str] | None = None) -> bytes:
+    """Pickle a task for another process, or say which part of it cannot travel.
+
+    Code pickled by value keeps its file name (the profiler shows it); the names of
+    those files are added to ``files`` (see ``share_code_sources``)."""
     try:
-        return cloudpickle.dumps(spec, protocol=5)
+        return code_sources.dumps(spec, protocol=5, files=files)
     except Exception as exc:
         call = spec.expr
         parts: list[tuple[str, Any]]
@@ -63,7 +68,9 @@ def dumps_task(key: Key, spec: TaskSpec) -> bytes:
         ) from None
 
 
-def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
+def dumps_library_tasks(
+    specs: dict[Key, TaskSpec], files: set[str] | None = None
+) -> dict[Key, bytes]:
     """``dumps_task`` for many tasks whose functions are mostly importable library code
     (a dask graph's): plain pickle first, five to ten times faster than cloudpickle,
     which a task gets instead when plain pickle fails on it (a lambda, a closure) or
@@ -78,9 +85,30 @@ def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
         except Exception:
             data = b""
         if not data or any(name in data for name in by_value):
-            data = dumps_task(key, spec)
+            data = dumps_task(key, spec, files)
         out[key] = data
     return out
+
+
+def share_code_sources(cluster: Any, files: set[str]) -> None:
+    """Hand the scheduler the lines of the ``files`` (of code pickled by value) that
+    worker processes cannot read, notebook cells, before the tasks that run that code
+    are submitted: their workers' profiles then show the cells' lines. Once per file:
+    the scheduler keeps them (a read of its dict here; the loop thread adds to it)."""
+    known = cluster.scheduler.code_sources
+    new = {}
+    for filename in files:
+        if filename not in known:
+            lines = code_sources.lines_only_here(filename)
+            if lines is not None:
+                new[filename] = tuple(lines)
+    if not new:
+        return
+    loop = cluster.loop_thread
+    if loop.in_loop_thread():
+        cluster.scheduler.add_code_sources(new)
+    else:  # done before the tasks' event is sent: the lines reach the workers first
+        loop.run(cluster.scheduler.add_code_sources, new, timeout=30)
 
 
 def placement(
