@@ -84,8 +84,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy  # kernel_cluster, as [tool.mypy] in pyproject.toml sets it
 
+# tests/test_wheel.py keeps its wheel and environment there for the current sources
+WHEEL_CACHE := $(VENV)/wheel-cache
+
 test: lint bundles test-js test-ui
-	$(PY) -m pytest
+	KC_WHEEL_CACHE=$(CURDIR)/$(WHEEL_CACHE) $(PY) -m pytest
 
 # Benchmarks compare against Dask, which only the benchmark environment has.
 $(BENCH_STAMP): pyproject.toml
