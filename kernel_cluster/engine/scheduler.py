@@ -36,10 +36,11 @@ from ..core.scheduler_messages import (
 from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
+from .code_sources import MAX_FILES
 from .plugins import PluginSet, SchedulerPlugin
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
-from .wire import SCHEDULER_EVENTS, Heartbeat, HeartbeatNow, HeartbeatReply
+from .wire import SCHEDULER_EVENTS, CodeSources, Heartbeat, HeartbeatNow, HeartbeatReply
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ class Scheduler:
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+        # lines of notebook cells that tasks' code comes from (code_sources.py), for
+        # worker processes, which cannot read them: the latest MAX_FILES files
+        self.code_sources: dict[str, tuple[str, ...]] = {}
 
     # -- plugins -----------------------------------------------------------------------
 
@@ -161,6 +165,8 @@ class Scheduler:
         pid: int | None = None,
     ) -> None:
         self.worker_channels[address] = channel
+        if self.code_sources:  # before any task, which may come with WorkerAdded
+            channel.send([CodeSources(dict(self.code_sources))])
         self.worker_info[address] = {
             "name": name,
             "pid": pid,
@@ -220,6 +226,19 @@ class Scheduler:
             if cs.wants_what
         ]
         self.handle(*events)
+
+    def add_code_sources(self, sources: dict[str, tuple[str, ...]]) -> None:
+        """Lines of files that tasks' code comes from and worker processes cannot read
+        (notebook cells): sent to every worker now, ahead of those tasks, and to the
+        workers that join later."""
+        new = {f: lines for f, lines in sources.items() if f not in self.code_sources}
+        if not new:
+            return
+        self.code_sources.update(new)
+        for old in list(self.code_sources)[: max(0, len(self.code_sources) - MAX_FILES)]:
+            del self.code_sources[old]
+        for channel in self.worker_channels.values():
+            channel.send([CodeSources(new)])
 
     async def run_on_workers(self, fn: Any, workers: list[str] | None = None) -> dict:
         """``client.run``: ``fn`` on each worker; exceptions are re-raised here."""

@@ -129,6 +129,15 @@ class HeartbeatNow:
     op: ClassVar[str] = "heartbeat-now"
 
 
+@dataclass(slots=True)
+class CodeSources:
+    """File name -> lines of notebook cells whose code tasks will run (see
+    code_sources.py): ahead of those tasks, once per worker."""
+
+    op: ClassVar[str] = "code-sources"
+    sources: dict
+
+
 # -- registration (a worker process's first exchange) --------------------------------
 
 
@@ -211,6 +220,7 @@ MESSAGES: tuple[type, ...] = (
     SetClusterBusy,
     HeartbeatReply,
     HeartbeatNow,
+    CodeSources,
     # worker -> scheduler
     SendTaskFinished,
     SendTaskErred,

@@ -47,6 +47,7 @@ from ..core.worker_messages import (
     WorkerInstruction,
 )
 from ..core.worker_state import WorkerState, WorkerTask
+from . import code_sources
 from .config import WorkerConfig
 from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .memory_monitor import MemoryMonitor
@@ -57,6 +58,7 @@ from .spill import SpillBuffer
 from .stack_sampler import StackSampler
 from .transfers import PeerData, PeerTransfers
 from .wire import (
+    CodeSources,
     Heartbeat,
     HeartbeatNow,
     HeartbeatReply,
@@ -276,6 +278,9 @@ class Worker:
                 self._learn_clock_offset(msg)
             elif t is HeartbeatNow:
                 self.heartbeat()
+            elif t is CodeSources:
+                if not self.in_process:  # the kernel's line cache is this process's
+                    code_sources.install(msg.sources)
             elif t is SetClusterBusy:
                 # followed with metrics off too, so they start right when switched on
                 idle = self.timeline.set_busy(msg.busy, time.perf_counter(), self.pool.running)
