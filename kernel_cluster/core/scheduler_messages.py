@@ -262,11 +262,14 @@ class ReportKey(SchedulerInstruction):
 
 @dataclass(slots=True)
 class SetClusterBusy(SchedulerInstruction):
-    """The cluster started or stopped having unfinished tasks (tell every worker).
+    """The cluster started or stopped having unfinished tasks, or ready tasks waiting
+    here for a worker (``queued``), told to every worker when either changes.
 
-    Workers count a free thread as idle only while the cluster is busy.
+    Workers count a free thread as idle only while the cluster is busy; while ready
+    tasks are queued here, that idle is ``scheduler-queued`` (core/idle_reasons.py).
     """
 
     op: ClassVar[str] = "cluster-busy"
     busy: bool
     stimulus_id: str = ""
+    queued: bool = False

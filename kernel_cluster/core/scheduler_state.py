@@ -150,6 +150,7 @@ class SchedulerState:
         self._stimulus_id = ""
         self.n_pending = 0  # tasks waiting, queued or processing
         self.busy = False
+        self.holds_queued = False  # ready tasks wait in ``queued`` (workers are told)
         self._ready: list[TaskState] = []
 
     # -- the one door -----------------------------------------------------------------
@@ -171,11 +172,23 @@ class SchedulerState:
             self._instructions = out
             handler(self, event)
             self._flush_ready()
-            if (self.n_pending > 0) is not self.busy:
-                self.busy = self.n_pending > 0
-                out.append(SetClusterBusy(self.busy, self._stimulus_id))
+            busy = self.n_pending > 0
+            queue = self.queued
+            holds = bool(queue) and (queue[0][1].state == "queued" or self._holds_queued())
+            if busy is not self.busy or holds is not self.holds_queued:
+                self.busy = busy
+                self.holds_queued = holds
+                out.append(SetClusterBusy(busy, self._stimulus_id, holds))
         self._instructions = []
         return out
+
+    def _holds_queued(self) -> bool:
+        """Whether a task in ``queued`` still waits (entries left behind by tasks that
+        moved on are dropped from the top of the heap, as ``_refill`` would)."""
+        queue = self.queued
+        while queue and queue[0][1].state != "queued":
+            heapq.heappop(queue)
+        return bool(queue)
 
     # -- graph ------------------------------------------------------------------------
 

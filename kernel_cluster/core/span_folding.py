@@ -45,15 +45,36 @@ def add_into(target: dict[Any, Any], source: Mapping[Any, Any]) -> None:
         target[key] = target.get(key, 0) + value
 
 
-def with_idle(metrics: Mapping[Any, float], active_cpu_seconds: float) -> dict[Any, float]:
-    """A span's metrics plus ``IDLE``: the thread-seconds it had (``active_cpu_seconds``)
-    and spent on none of its tasks, so that its seconds add up to them."""
+def with_idle(
+    metrics: Mapping[Any, float], active_cpu_seconds: float, key: tuple[Any, ...] = IDLE
+) -> dict[Any, float]:
+    """A span's metrics plus, under ``key`` (``IDLE`` unless told), the thread-seconds
+    it had (``active_cpu_seconds``) and spent on none of its tasks nor on idle already
+    filed under it, so that its seconds add up to them. The engine files this rest as
+    ``idle: other`` (core/idle_reasons.py); Dask, which does not split idle, as ``IDLE``.
+
+    Idle filed under a span by reason may begin before the span did, or end after the
+    scheduler saw it end (a worker hears of it a moment later): what passes the span's
+    thread-seconds is taken back from those parts in proportion, so that they still
+    add up exactly."""
     out = dict(metrics)
     used = sum(v for k, v in out.items() if k[-1] == "seconds")
     idle = active_cpu_seconds - used
     if idle > 0:
-        out[IDLE] = out.get(IDLE, 0) + idle
+        out[key] = out.get(key, 0) + idle
+    elif idle < 0:
+        split = [k for k, v in out.items() if _is_split_idle(k) and v > 0]
+        filed = sum(out[k] for k in split)
+        if filed > 0:
+            keep = max(0.0, 1 + idle / filed)
+            for k in split:
+                out[k] *= keep
     return out
+
+
+def _is_split_idle(key: tuple[Any, ...]) -> bool:
+    """A span metric's key of idle split by reason (core/idle_reasons.IDLE_PREFIX)."""
+    return key[-1] == "seconds" and type(key[-2]) is str and key[-2].startswith("idle: ")
 
 
 class FoldTotals:

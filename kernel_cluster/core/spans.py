@@ -29,6 +29,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .idle_reasons import IDLE_ACTIVITIES, OTHER
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES, TaskGroup
 from .span_folding import (
@@ -44,6 +45,9 @@ from .span_folding import (
     is_default_span_id,
     with_idle,
 )
+
+# a span's thread-seconds that none of its tasks nor its filed idle used: ``other``
+SPAN_IDLE_REST = ("execute", None, IDLE_ACTIVITIES[OTHER], "seconds")
 
 __all__ = [
     "DEFAULT",
@@ -175,13 +179,13 @@ class Span:
 
     @property
     def cumulative_worker_metrics(self) -> dict[tuple[Any, ...], float]:
-        """``("execute", prefix, activity, unit)`` summed over the subtree, plus ``idle``:
-        the thread-seconds the span had and did not use, so that its seconds add up to
-        ``active_cpu_seconds``."""
+        """``("execute", prefix, activity, unit)`` summed over the subtree, plus
+        ``SPAN_IDLE_REST``: the thread-seconds the span had and did not use (nor filed
+        as idle by reason), so that its seconds add up to ``active_cpu_seconds``."""
         out: dict[tuple[Any, ...], float] = {}
         for span in self.traverse_spans():
             add_metrics(out, span._metrics)
-        return with_idle(out, self.active_cpu_seconds)
+        return with_idle(out, self.active_cpu_seconds, SPAN_IDLE_REST)
 
     def add_metrics(self, key: tuple[Any, ...], value: float) -> None:
         self._metrics[key] = self._metrics.get(key, 0) + value

@@ -2,16 +2,20 @@
 
 ``ThreadAccount`` sums one worker thread's tasks as they end, on that thread, and
 the time *between* them: a task's run (``TASK_FIELDS``, per span and prefix), the
-executor hand-off before it, or idle. ``ThreadTimeline`` holds a worker's accounts
-and whether the cluster is busy. What they sum goes out through the worker's
-``MetricsLedger`` (core/metrics.py, which also tells a metric's whole way from where
-it is measured to where it is drawn). Clocks are parameters: tests drive them by hand.
+executor hand-off before it, or idle, split by why (core/idle_reasons.py) and filed
+under the span of the task that ended it. ``ThreadTimeline`` holds a worker's
+accounts, whether the cluster is busy and the worker's ``ReasonClock``. What they sum
+goes out through the worker's ``MetricsLedger`` (core/metrics.py, which also tells a
+metric's whole way from where it is measured to where it is drawn). Clocks are
+parameters: tests drive them by hand.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from .idle_reasons import IDLE_ACTIVITIES, NO_IDLE, REASONS, ReasonClock
 
 # What a thread's account sums per (span, prefix), in this order.
 TASK_FIELDS = (
@@ -23,7 +27,11 @@ TASK_FIELDS = (
     ("output", "bytes"),
     ("deserialize", "seconds"),  # of the task itself, in a worker process
 )
-_NO_TASKS = (0.0, 0.0, 0.0, 0.0, 0, 0, 0.0)
+_NO_TASKS = (0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, *NO_IDLE)
+_N_TASK_FIELDS = len(TASK_FIELDS)
+# the idle parts a group's totals also hold (idle that ended with one of its tasks),
+# keyed under the span with no prefix: idle belongs to no function
+_IDLE_FIELDS = tuple((activity, "seconds") for activity in IDLE_ACTIVITIES)
 
 
 class TaskTiming:
@@ -69,21 +77,25 @@ class TaskTiming:
 
 
 class GroupTotals:
-    """What one (span, prefix) ran on one thread: ``TASK_FIELDS``, as attributes.
+    """What one (span, prefix) ran on one thread: ``TASK_FIELDS``, as attributes, and
+    ``idle``: the idle seconds by reason (core/idle_reasons.py) that ended with one of
+    its tasks (None until there are some: most groups never wait).
 
     The thread adds to the fields in place, one by one; they only grow, so a reader
     that compares ``values()`` with what it saw before gets every part exactly once,
     some of a task's parts perhaps a look later than the others.
     """
 
-    __slots__ = ("count", "cpu", "deserialize", "executor", "nbytes", "noncpu", "other")
+    __slots__ = ("count", "cpu", "deserialize", "executor", "idle", "nbytes", "noncpu", "other")
 
     def __init__(self) -> None:
         self.cpu = self.noncpu = self.executor = self.other = self.deserialize = 0.0
         self.count = self.nbytes = 0
+        self.idle: list[float] | None = None
 
     def values(self) -> tuple[Any, ...]:
-        """In ``TASK_FIELDS`` order."""
+        """In ``TASK_FIELDS`` order, then the idle parts in ``REASONS`` order."""
+        idle = self.idle
         return (
             self.cpu,
             self.noncpu,
@@ -92,6 +104,7 @@ class GroupTotals:
             self.count,
             self.nbytes,
             self.deserialize,
+            *(NO_IDLE if idle is None else idle),
         )
 
 
@@ -115,8 +128,12 @@ class ThreadAccount:
 
     ``mark`` is how far the thread's time has been accounted: a task picked up at
     ``start`` closes the gap ``[mark, start]``: idle until the task was handed to
-    the pool (``submitted``), executor hand-off after. The loop moves ``mark`` only
-    while the thread runs no task (``ThreadTimeline.set_busy``).
+    the pool (``submitted``), executor hand-off after. The idle is split by reason
+    (the timeline's ``ReasonClock``) into the totals of the task's group; ``idle``
+    keeps it undivided, the sum the parts add up to. The loop moves ``mark`` only
+    while the thread runs no task (``ThreadTimeline.set_busy``), and files the idle
+    up to the cluster's going quiet in ``tail_idle`` (by the span of the worker's
+    last task), which it alone reads and empties.
 
     Groups come and go (a new default span after every ``submit().result()``), so
     the account forgets the ones that stopped changing: the loop names them
@@ -129,7 +146,6 @@ class ThreadAccount:
 
     __slots__ = (
         "_seen",
-        "_seen_idle",
         "extra",
         "idle",
         "last_group",
@@ -138,6 +154,7 @@ class ThreadAccount:
         "retired",
         "stale",
         "sums",
+        "tail_idle",
         "timeline",
     )
 
@@ -146,7 +163,9 @@ class ThreadAccount:
         self.mark = now
         self.sums: dict[tuple[Any, ...], GroupTotals] = {}  # by (span, prefix)
         self.extra: dict[tuple[Any, ...], _Total] = {}  # (span, prefix, label, unit) -> total
-        self.idle = 0.0
+        self.idle = 0.0  # undivided: what the parts of every group add up to
+        # idle the loop accounted (the cluster went quiet), by span: the loop's alone
+        self.tail_idle: dict[Any, list[float]] = {}
         # the group of the last add and its totals: the task runner's short path adds
         # to them inline (engine/execute.py)
         self.last_group: tuple[Any, ...] | None = None
@@ -154,7 +173,6 @@ class ThreadAccount:
         self.stale: frozenset[Any] | None = None  # set by the loop, taken by the thread
         self.retired: list[tuple[Any, ...]] = []  # (group or extra key, its totals) let go
         self._seen: dict[object, Any] = {}  # totals -> their values at the last look
-        self._seen_idle = 0.0
 
     def add(self, group: tuple[Any, ...], timing: TaskTiming) -> None:
         """A run of a task of ``group`` (span, prefix), measured as ``timing`` (read
@@ -182,11 +200,12 @@ class ThreadAccount:
         if self.stale is not None:
             self._retire(group)
         mark = self.mark
+        idle_from = None  # where an idle gap began, if this task ends one
         if start > mark:
             if submitted > mark:  # handed over after the thread was free: idle till then
                 handed = submitted if submitted < start else start
                 if self.timeline.busy:
-                    self.idle += handed - mark
+                    idle_from = mark
                 mark = handed
             executor = start - mark
             self.mark = stop
@@ -198,6 +217,12 @@ class ThreadAccount:
         if totals is None:
             totals = self.sums[group] = GroupTotals()
         totals.executor += executor
+        if idle_from is not None:
+            self.idle += mark - idle_from
+            parts = totals.idle
+            if parts is None:
+                parts = totals.idle = [0.0] * len(REASONS)
+            self.timeline.reasons.split_into(idle_from, mark, parts)
         self.last_group = group
         self.last_totals = totals
         return totals
@@ -258,10 +283,13 @@ class ThreadAccount:
         unchanged -= changed_groups
         if unchanged:
             self.stale = frozenset(unchanged)
-        idle = self.idle
-        if idle != self._seen_idle:
-            into(("execute", None, None, "idle", "seconds"), idle - self._seen_idle)
-            self._seen_idle = idle
+        tail = self.tail_idle
+        if tail:
+            self.tail_idle = {}
+            for span, parts in tail.items():
+                for (activity, unit), value in zip(_IDLE_FIELDS, parts, strict=True):
+                    if value:
+                        into(("execute", span, None, activity, unit), value)
 
     @staticmethod
     def _take_totals(
@@ -278,22 +306,30 @@ class ThreadAccount:
             before = _NO_TASKS
         elif before == now:
             return True
-        for (activity, unit), value, old in zip(TASK_FIELDS, now, before, strict=True):
+        for (activity, unit), value, old in zip(TASK_FIELDS, now, before, strict=False):
             if value != old:
                 into(("execute", *group, activity, unit), value - old)
+        n = _N_TASK_FIELDS
+        if now[n:] != before[n:]:
+            span = group[0]
+            for i, (activity, unit) in enumerate(_IDLE_FIELDS, n):
+                if now[i] != before[i]:
+                    into(("execute", span, None, activity, unit), now[i] - before[i])
         return False
 
 
 class ThreadTimeline:
-    """A worker's task threads (``accounts``, by thread ident) and whether the cluster
-    is busy: idle is only counted while it is. When the cluster goes quiet, free
-    threads are accounted up to that moment, and the time until work comes back
-    belongs to nobody.
+    """A worker's task threads (``accounts``, by thread ident), whether the cluster is
+    busy (idle is only counted while it is) and ``reasons``, the worker's
+    ``ReasonClock`` (why a free thread is idle, set by the worker's loop). When the
+    cluster goes quiet, free threads are accounted up to that moment, and the time
+    until work comes back belongs to nobody.
     """
 
-    def __init__(self, busy: bool = False):
+    def __init__(self, busy: bool = False, now: float = 0.0):
         self.accounts: dict[int, ThreadAccount] = {}
         self.busy = busy
+        self.reasons = ReasonClock(now)
 
     def add_threads(self, threads: list[int], now: float) -> None:
         for t in threads:
@@ -301,18 +337,32 @@ class ThreadTimeline:
                 self.accounts[t] = ThreadAccount(self, now)
 
     def set_busy(
-        self, busy: bool, now: float, running: set[int] | frozenset[Any] = frozenset()
+        self,
+        busy: bool,
+        now: float,
+        running: set[int] | frozenset[Any] = frozenset(),
+        record: bool = True,
     ) -> float:
-        """The cluster went busy or quiet at ``now``; returns idle seconds to record.
+        """The cluster went busy or quiet at ``now``; returns the idle seconds that
+        free threads had until then. ``record``: file them (by reason, under the span
+        of the worker's last task) for the next ``take``; False while metrics are off.
 
         ``running`` threads are inside a task: their time is the task's.
         """
         idle = 0.0
         if self.busy and not busy:
+            span = self._latest_span()
             for thread, account in self.accounts.items():
-                if thread not in running and now > account.mark:
-                    idle += now - account.mark
+                mark = account.mark
+                if thread not in running and now > mark:
+                    idle += now - mark
                     account.mark = now
+                    if record:
+                        account.idle += now - mark
+                        parts = account.tail_idle.get(span)
+                        if parts is None:
+                            parts = account.tail_idle[span] = [0.0] * len(REASONS)
+                        self.reasons.split_into(mark, now, parts)
         elif busy and not self.busy:
             for thread, account in self.accounts.items():
                 if thread not in running and now > account.mark:
@@ -320,11 +370,27 @@ class ThreadTimeline:
         self.busy = busy
         return idle
 
+    def _latest_span(self) -> Any:
+        """The span of the task this worker ended last: the idle until the cluster went
+        quiet is filed there (a thread that ran none of a narrow span's tasks waited on
+        it all the same)."""
+        latest = None
+        when = float("-inf")
+        for account in list(self.accounts.values()):
+            if account.last_group is not None and account.mark > when:
+                latest, when = account.last_group[0], account.mark
+        return latest
+
     def restart(self, now: float, running: set[int] | frozenset[Any] = frozenset()) -> None:
         """Account free threads from ``now`` on (metrics were off until now)."""
         for thread, account in self.accounts.items():
             if thread not in running:
                 account.mark = now
+
+    @property
+    def idle(self) -> float:
+        """Every thread's idle so far, undivided: what the parts taken add up to."""
+        return sum(account.idle for account in list(self.accounts.values()))
 
     def take(self, into: Callable[[tuple[Any, ...], float], None]) -> None:
         for account in list(self.accounts.values()):

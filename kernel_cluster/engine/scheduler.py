@@ -180,7 +180,7 @@ class Scheduler:
             )
         )
         if self.state.busy:  # it joins mid-computation: its free threads are idle
-            channel.send([SetClusterBusy(True, "add-worker")])
+            channel.send([SetClusterBusy(True, "add-worker", self.state.holds_queued)])
         self.plugins.call_all("add_worker", self, address)
 
     def remove_worker(

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import psutil
 
 from ..core.annotations import current_span
+from ..core.idle_reasons import idle_reason
 from ..core.keys import Key
 from ..core.metrics import MeterFrame, MetricsLedger
 from ..core.scheduler_messages import SetClusterBusy, ToWorker
@@ -143,9 +144,10 @@ class Worker:
         self._follow: dict[Key, Any] = {}
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
-        self.timeline = ThreadTimeline()  # each task thread's account (core/thread_accounts.py)
+        # each task thread's account, and why free threads are idle (core/thread_accounts.py)
+        self.timeline = ThreadTimeline(now=time.perf_counter())
         self._runners: dict[int, TaskRunner] = {}  # by thread, made on their first task
-        self._idle = 0.0
+        self._scheduler_queued = False  # the scheduler holds ready tasks (SetClusterBusy)
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
         self.timeline.add_threads(self.pool.idents, time.perf_counter())
         self.memory = MemoryMonitor(
@@ -195,9 +197,11 @@ class Worker:
         compares the same workers both ways.
         """
         if on:  # before the first metered task can start
-            self.timeline.restart(time.perf_counter(), self.pool.running)
+            now = time.perf_counter()
+            self.timeline.restart(now, self.pool.running)
             for runner in list(self._runners.values()):
                 runner.reread_cpu_clock()
+            self._note_idle_reason(now)
         self._use_fine_metrics(on)
 
     def _use_fine_metrics(self, on: bool) -> None:
@@ -283,9 +287,11 @@ class Worker:
                     code_sources.install(msg.sources)
             elif t is SetClusterBusy:
                 # followed with metrics off too, so they start right when switched on
-                idle = self.timeline.set_busy(msg.busy, time.perf_counter(), self.pool.running)
+                now = time.perf_counter()
+                self.timeline.set_busy(msg.busy, now, self.pool.running, self.fine_metrics)
+                self._scheduler_queued = msg.queued
                 if self.fine_metrics:
-                    self._idle += idle
+                    self._note_idle_reason(now)
             else:
                 logger.warning("Worker %s ignored an unknown message %r", self.address, msg)
         self.handle(*events)
@@ -368,12 +374,26 @@ class Worker:
 
     def metrics_delta(self) -> dict:
         """Metrics since the last call: what the next heartbeat carries."""
-        add = self.metrics.add
-        self.timeline.take(add)  # what the task threads added since the last heartbeat
-        if self._idle:
-            add(("execute", None, None, "idle", "seconds"), self._idle)
-            self._idle = 0.0
+        # what the task threads (and the loop, for idle) added since the last heartbeat
+        self.timeline.take(self.metrics.add)
         return self.metrics.take_delta()
+
+    def _note_idle_reason(self, now: float = 0.0) -> None:
+        """Tell the threads' accounts why a free thread would be idle from now on
+        (core/idle_reasons.py), from what the state machine holds; ``now``: the
+        clock already read, 0 to read it if the reason changed."""
+        state = self.state
+        reason = idle_reason(
+            state.paused,
+            bool(state.fetch or state.in_flight),
+            self._scheduler_queued,
+            # after _ensure_computing, tasks still ready with room to start them are
+            # held back on purpose (a suspect runs alone)
+            bool(state.ready) and len(state.executing) < state.nthreads + state.prefetch,
+        )
+        clock = self.timeline.reasons
+        if reason != clock.reason:
+            clock.set(reason, now or time.perf_counter())
 
     @property
     def digests_total(self) -> dict:
@@ -387,6 +407,8 @@ class Worker:
             return
         instructions = self.state.handle_stimulus(*events)
         if not instructions:
+            if self.fine_metrics:
+                self._note_idle_reason()
             return
         msgs: list[ToScheduler] = []  # the ToScheduler instructions are the messages
         ended: SendCancelledTasksEnded | None = None
@@ -425,6 +447,8 @@ class Worker:
                 msgs.append(inst)
             else:
                 unknown.append(inst)
+        if self.fine_metrics:  # after the hand-off: a task handed over is not idle time
+            self._note_idle_reason(submitted)
         if msgs and self.scheduler is not None:
             self.scheduler.send(msgs)
         if unknown:

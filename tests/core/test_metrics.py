@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from kernel_cluster.core.idle_reasons import is_idle
 from kernel_cluster.core.metrics import (
     ContextMeter,
     MeterFrame,
@@ -121,10 +122,11 @@ def ran(tl: ThreadTimeline, thread: int, submitted: float, start: float, stop: f
 
 
 def executor_and_idle(tl: ThreadTimeline) -> tuple[float, float]:
+    """Executor seconds and idle seconds, its parts by reason (core/idle_reasons.py) summed."""
     out = taken(tl)
     return (
         out.get(("execute", *G, "executor", "seconds"), 0.0),
-        out.get(("execute", None, None, "idle", "seconds"), 0.0),
+        sum(v for k, v in out.items() if is_idle(k[3])),
     )
 
 
@@ -168,9 +170,8 @@ def test_timeline_partitions_a_thread_exactly():
     runs = [(0.5, 1.0, 2.0), (1.5, 2.0, 3.5), (4.0, 4.2, 6.0)]  # submitted, start, stop
     for submitted, start, stop in runs:
         ran(tl, 7, submitted, start, stop)
-    total = tl.set_busy(False, now=7.0) + sum(
-        v for (_, *_, unit), v in taken(tl).items() if unit == "seconds"
-    )
+    tl.set_busy(False, now=7.0)  # the idle after the last task is filed for the next take
+    total = sum(v for (_, *_, unit), v in taken(tl).items() if unit == "seconds")
     assert total == pytest.approx(7.0)
 
 
@@ -230,7 +231,7 @@ def test_thread_account_read_mid_update_delays_and_never_doubles():
     assert total[("execute", *G, "tasks", "count")] == 3
     assert total[("execute", *G, "output", "bytes")] == 40
     assert total[("execute", *G, "I/O", "seconds")] == 0.75
-    assert total[("execute", None, None, "idle", "seconds")] == 1.0
+    assert total[("execute", None, None, "idle: no-ready-task", "seconds")] == 1.0
     assert total[("execute", *G, "executor", "seconds")] == 1.0
 
 

@@ -2,7 +2,8 @@
 
 ``to_frame`` turns the summed worker metrics into a tidy DataFrame, one row per
 (context, span, function, activity, unit); ``by_function`` and ``by_activity``
-pivot it the way the "Task execution, by function / by activity" panels show it.
+pivot it the way the "Task execution, by function / by activity" panels show it;
+``idle_by_reason`` says why the threads were idle (core/idle_reasons.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from ...core.idle_reasons import IDLE, IDLE_PREFIX, OTHER, REASONS
 from ..snapshots import Metrics
 
 COLUMNS = ["context", "span", "function", "activity", "unit", "value"]
@@ -86,3 +88,18 @@ def _pivot(frame: pd.DataFrame, context: str, unit: str, index: str) -> pd.DataF
     table = table.fillna(0)
     table["total"] = table.sum(axis=1)
     return table.sort_values("total", ascending=False)
+
+
+def idle_by_reason(frame: pd.DataFrame) -> pd.Series:
+    """The ``execute`` idle seconds of ``to_frame``'s rows by reason, every reason
+    listed (``REASONS`` order): they add up to the threads' idle time. Idle that was
+    not split (a Dask cluster's, or older metrics) counts as ``other``."""
+    out = dict.fromkeys(REASONS, 0.0)
+    sel = frame[(frame.context == "execute") & (frame.unit == "seconds")]
+    for activity, value in sel.groupby("activity")["value"].sum().items():
+        if activity == IDLE:
+            out[REASONS[OTHER]] += float(value)
+        elif isinstance(activity, str) and activity.startswith(IDLE_PREFIX):
+            reason = activity[len(IDLE_PREFIX) :]
+            out[reason if reason in out else REASONS[OTHER]] += float(value)
+    return pd.Series(out, name="idle seconds", dtype=float)
