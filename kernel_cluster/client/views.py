@@ -14,6 +14,7 @@ from .base import ClientBase
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..core.critical_path import CriticalPath
     from ..diagnostics.queries.task_stream import TaskStreamRecorder
     from ..diagnostics.spans import SpanTreeView
     from ..jupyter.widgets import Dashboard
@@ -46,6 +47,18 @@ class Views(ClientBase):
             return to_frame(self.diagnostics.fine_metrics(), unit=unit)
         metrics, label = self.diagnostics.span_metrics(span)
         return span_frame(metrics, label, unit=unit)
+
+    def critical_path(self, span: Any = None) -> CriticalPath:
+        """The chain of tasks whose ends decided when ``span`` ended (an id, a tag or
+        tags; None: the latest top-level span), walked back from its last task: each
+        step's seconds split into scheduler, transfer, queued and compute, and
+        ``covered``, the share of the span's wall time the path accounts for.
+        ``kernel_cluster.diagnostics.queries.critical_path`` has ``path_frame`` (a
+        table) and ``describe`` (text)."""
+        from ..diagnostics.queries.critical_path import span_critical_path
+
+        self._check_running()
+        return span_critical_path(self.diagnostics, span)
 
     def get_task_stream(self) -> TaskStreamRecorder:
         """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of

@@ -92,7 +92,10 @@ class StartStop:
 @dataclass(frozen=True, slots=True)
 class TaskStreamRecord:
     """Where and when one task ran. ``index`` numbers the records (it only grows);
-    ``status``: ``"OK"`` or ``"error"``; ``nbytes``: its result's size in bytes."""
+    ``status``: ``"OK"`` or ``"error"``; ``nbytes``: its result's size in bytes;
+    ``dependencies``: its inputs' keys and ``sent``: when the scheduler sent it to its
+    worker, for the critical path (a Dask cluster's records have neither: ``()`` and
+    None)."""
 
     index: int
     key: TaskKey
@@ -103,9 +106,12 @@ class TaskStreamRecord:
     status: str
     nbytes: int
     startstops: tuple[StartStop, ...]
+    dependencies: tuple[TaskKey, ...] = ()
+    sent: float | None = None
 
     def as_dict(self) -> dict[str, object]:
-        """The record as ``client.task_stream()`` and ``ts.data`` show it."""
+        """The record as ``client.task_stream()`` and ``ts.data`` show it (Dask's
+        fields: without ``dependencies`` and ``sent``)."""
         return {
             "index": self.index,
             "key": self.key,

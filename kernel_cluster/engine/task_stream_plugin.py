@@ -3,23 +3,34 @@
 Each record says where and when a task ran: key, prefix, span, worker, thread,
 status, bytes, and ``startstops``: (action, start, stop) for compute, transfer
 (with the worker the data came from), disk-read, disk-write and deserialize,
-on the scheduler's clock. The history is bounded; ``index`` only grows, so a
-reader can ask for "everything since record N".
+on the scheduler's clock; and what the critical path needs (core/critical_path.py):
+the keys of its ``dependencies`` and when the scheduler ``sent`` it to its worker.
+The history is bounded; ``index`` only grows, so a reader can ask for "everything
+since record N".
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar
 
+from ..core.scheduler_tasks import ALL_STATES
 from .plugins import SchedulerPlugin
+
+_ENDED = (("processing", "memory"), ("processing", "erred"))
 
 
 class TaskStreamPlugin(SchedulerPlugin):
     name = "task-stream"
-    transitions: ClassVar = frozenset({("processing", "memory"), ("processing", "erred")})
+    # a task ending; and sent to a worker, or taken back, for when it was sent
+    transitions: ClassVar = frozenset(
+        {(s, "processing") for s in ALL_STATES if s != "processing"}
+        | {("processing", s) for s in ALL_STATES if s != "processing"}
+    )
 
-    def __init__(self, maxlen: int = 100_000):
+    def __init__(self, maxlen: int = 100_000, clock: Callable[[], float] = time.time):
         # raw tuples (see _FIELDS), turned into dicts only when somebody reads them:
         # the scheduler records every task, readers look at a few. Tuples all the way
         # down (startstops too), holding only strings and numbers: the cyclic GC stops
@@ -27,6 +38,8 @@ class TaskStreamPlugin(SchedulerPlugin):
         # time in the collections made while later tasks run.
         self.buffer: deque[tuple] = deque(maxlen=maxlen)
         self.index = 0  # records ever made; the next one gets this number
+        self.clock = clock
+        self._sent: dict[Any, float] = {}  # processing tasks: when they were sent
 
     def transition(
         self,
@@ -40,10 +53,15 @@ class TaskStreamPlugin(SchedulerPlugin):
         thread: int | None = None,
         nbytes: int = 0,
         startstops: Any = (),
+        dependencies: tuple[Any, ...] = (),
         **kw: Any,
     ) -> None:
-        if worker is None:  # erred because an input failed: it never ran
+        if finish == "processing":
+            self._sent[key] = self.clock()
             return
+        sent = self._sent.pop(key, None)
+        if worker is None or (start, finish) not in _ENDED:
+            return  # taken back, or erred because an input failed: it never ran
         self.buffer.append(
             (
                 self.index,
@@ -55,6 +73,8 @@ class TaskStreamPlugin(SchedulerPlugin):
                 "OK" if finish == "memory" else "error",
                 nbytes,
                 tuple(startstops) if startstops else (),
+                dependencies,
+                sent,
             )
         )
         self.index += 1
@@ -87,6 +107,8 @@ _FIELDS = ("index", "key", "prefix", "span_id", "worker", "thread", "status", "n
 def _record(raw: tuple) -> dict:
     out = dict(zip(_FIELDS, raw))
     out["startstops"] = [_startstop(ss) for ss in raw[8]]
+    out["dependencies"] = raw[9]
+    out["sent"] = raw[10]
     return out
 
 

@@ -262,6 +262,8 @@ def _records(records: Iterable[Mapping[str, Any]]) -> list[TaskStreamRecord]:
                 StartStop(ss["action"], ss["start"], ss["stop"], ss.get("source"))
                 for ss in r["startstops"]
             ),
+            dependencies=tuple(r.get("dependencies", ())),
+            sent=r.get("sent"),
         )
         for r in records
     ]

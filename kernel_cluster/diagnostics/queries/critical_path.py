@@ -1,0 +1,118 @@
+"""A span's critical path, read from the task stream (core/critical_path.py walks it).
+
+``span_critical_path(source, span)`` picks the span (an id, a tag or tags, or None for
+the latest top-level span), takes the task-stream records of its subtree and walks
+back from its last task. ``path_frame`` lays the steps out as a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from ...core.critical_path import PARTS, CriticalPath, TaskRun, critical_path
+from ..snapshots import SpanInfo, TaskStreamRecord
+from ..source import DiagnosticsSource
+
+
+def span_critical_path(source: DiagnosticsSource, span: Any = None) -> CriticalPath:
+    """The critical path of ``span`` (see ``select_spans``) through the task stream."""
+    chosen, ids = select_spans(source.spans(), span)
+    enqueued = min(s.enqueued for s in chosen)
+    stop = max(s.stop for s in chosen)
+    window = source.task_stream(start=enqueued)  # tasks that ended since it began
+    records = [r for r in window if r.span_id in ids and r.status == "OK"]
+    if records and all(r.sent is None and not r.dependencies for r in records):
+        raise ValueError(
+            "This cluster's task stream does not say which tasks each task depended on "
+            "nor when it was sent (a Dask cluster's does not): no critical path can be "
+            "walked; fine_metrics() and spans() still tell where the time went."
+        )
+    return critical_path(task_runs(records), enqueued, stop)
+
+
+def select_spans(spans: Sequence[SpanInfo], span: Any) -> tuple[list[SpanInfo], set[str]]:
+    """The spans ``span`` names and the ids of their subtrees: an id; a tag or tuple
+    of tags (every span with any of them in its name, a matching child under a
+    matching parent counted once); None: the top-level span enqueued last."""
+    by_id = {s.id: s for s in spans}
+    if span is None:
+        roots = [s for s in spans if s.parent is None and s.start > 0]
+        if not roots:
+            raise ValueError("No span has run a task yet: nothing to walk.")
+        chosen = [max(roots, key=lambda s: s.enqueued)]
+    elif isinstance(span, str) and span in by_id:
+        chosen = [by_id[span]]
+    elif isinstance(span, str) or (
+        isinstance(span, tuple) and all(isinstance(t, str) for t in span)
+    ):
+        tags = {span} if isinstance(span, str) else set(span)
+        matching = {s.id for s in spans if tags & set(s.name)}
+        chosen = [s for s in spans if s.id in matching and s.parent not in matching]
+        if not chosen:
+            known = sorted({t for s in spans for t in s.name})
+            raise KeyError(f"span={span!r}: no span has this id or tag; tags seen: {known[:10]!r}.")
+    else:
+        raise TypeError(
+            f"span={span!r}: give a span's id, a tag or a tuple of tags (a str or "
+            "tuple of str), or None for the latest top-level span."
+        )
+    ids: set[str] = set()
+    todo = [s.id for s in chosen]
+    while todo:
+        i = todo.pop()
+        if i not in ids and i in by_id:
+            ids.add(i)
+            todo.extend(by_id[i].children)
+    return chosen, ids
+
+
+def task_runs(records: Iterable[TaskStreamRecord]) -> list[TaskRun]:
+    """Task-stream records as the runs the walk reads (records without a compute
+    action are left out)."""
+    out = []
+    for r in records:
+        compute = None
+        transfers = []
+        for ss in r.startstops:
+            if ss.action == "compute":
+                compute = ss
+            elif ss.action == "transfer":
+                transfers.append((ss.start, ss.stop))
+        if compute is None:
+            continue
+        out.append(
+            TaskRun(
+                r.key,
+                r.dependencies,
+                r.worker,
+                r.thread,
+                compute.start,
+                compute.stop,
+                r.sent,
+                tuple(transfers),
+            )
+        )
+    return out
+
+
+def path_frame(path: CriticalPath) -> pd.DataFrame:
+    """One row per step, in the order they ran: key, worker, how it followed the step
+    before (``via``), its seconds by part and in all."""
+    rows = [(s.key, s.worker, s.via, *(getattr(s, p) for p in PARTS), s.total) for s in path.steps]
+    return pd.DataFrame(rows, columns=["key", "worker", "via", *PARTS, "total"])
+
+
+def describe(path: CriticalPath) -> str:
+    """A few lines for a terminal: the path's length against the wall, by part."""
+    if not path.steps:
+        return "Critical path: no task ran."
+    parts = path.totals()
+    split = ", ".join(f"{p} {parts[p]:.3g} s" for p in PARTS if parts[p] > 0)
+    return (
+        f"Critical path: {len(path.steps)} tasks, {path.length:.3g} s of "
+        f"{path.wall:.3g} s wall ({path.covered:.0%}): {split}; "
+        f"from {path.steps[0].key!r} to {path.steps[-1].key!r}."
+    )
