@@ -96,6 +96,18 @@ def test_line_magic_and_usage_errors(kernel):
     assert "UsageError: %%span needs at least one tag" in run(kernel, "%%span\nx = 1")["stderr"]
 
 
+def test_diagnose_prints_the_cells_findings_under_it(kernel):
+    run(kernel, SETUP)
+    r = run(kernel, "%%span --diagnose tiny work\nx = client.gather(client.map(inc, range(500)))")
+    assert r["status"] == "ok", r
+    assert r["stdout"].startswith("Findings for tiny / work: 1"), r["stdout"]
+    assert "Tasks are too small" in r["stdout"]
+    assert "not checked: gil-contention" in r["stdout"]
+    assert "('tiny', 'work')" in run(kernel, "print(span_names())")["stdout"]  # no --diagnose tag
+    r = run(kernel, "%span --diagnose one -- y = client.submit(inc, 1).result()")
+    assert "Findings for one" in r["stdout"]
+
+
 def test_cell_magic_labels_a_dask_compute(kernel):
     pytest.importorskip("dask.array")
     run(kernel, SETUP)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..core.critical_path import CriticalPath
+    from ..diagnostics.queries.findings import Findings
     from ..diagnostics.queries.task_stream import TaskStreamRecorder
     from ..diagnostics.spans import SpanTreeView
     from ..jupyter.widgets import Dashboard
@@ -59,6 +60,17 @@ class Views(ClientBase):
 
         self._check_running()
         return span_critical_path(self.diagnostics, span)
+
+    def diagnose(self, span: Any = None) -> Findings:
+        """What the numbers of ``span`` (an id, a tag or tags; None: all work) say to
+        try: findings, most costly first, each with a title, the evidence read from
+        fine metrics, the task stream and the critical path, and advice; and the
+        checks it could not make (``kernel_cluster.diagnostics.queries.findings``).
+        ``print()`` it for text."""
+        from ..diagnostics.queries.findings import diagnose
+
+        self._check_running()
+        return diagnose(self.diagnostics, span)
 
     def get_task_stream(self) -> TaskStreamRecorder:
         """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of

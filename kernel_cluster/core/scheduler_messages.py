@@ -267,9 +267,13 @@ class SetClusterBusy(SchedulerInstruction):
 
     Workers count a free thread as idle only while the cluster is busy; while ready
     tasks are queued here, that idle is ``scheduler-queued`` (core/idle_reasons.py).
+    Gone quiet, ``span``: the span of the task that finished last, which the idle of
+    threads until then is filed under (a worker that ran none of its tasks waited on
+    them all the same).
     """
 
     op: ClassVar[str] = "cluster-busy"
     busy: bool
     stimulus_id: str = ""
     queued: bool = False
+    span: Any = None

@@ -151,6 +151,7 @@ class SchedulerState:
         self.n_pending = 0  # tasks waiting, queued or processing
         self.busy = False
         self.holds_queued = False  # ready tasks wait in ``queued`` (workers are told)
+        self.last_span: Any = None  # of the task that finished last (told when quiet)
         self._ready: list[TaskState] = []
 
     # -- the one door -----------------------------------------------------------------
@@ -178,7 +179,8 @@ class SchedulerState:
             if busy is not self.busy or holds is not self.holds_queued:
                 self.busy = busy
                 self.holds_queued = holds
-                out.append(SetClusterBusy(busy, self._stimulus_id, holds))
+                span = None if busy else self.last_span
+                out.append(SetClusterBusy(busy, self._stimulus_id, holds, span))
         self._instructions = []
         return out
 
@@ -546,6 +548,7 @@ class SchedulerState:
             return
         ws.processing.discard(ts)
         ts.processing_on = None
+        self.last_span = ts.group.span_id
         ts.nbytes = ev.nbytes
         ts.type_name = ev.type_name
         ts.group.nbytes_total += ev.nbytes

@@ -342,16 +342,19 @@ class ThreadTimeline:
         now: float,
         running: set[int] | frozenset[Any] = frozenset(),
         record: bool = True,
+        span: Any = None,
     ) -> float:
         """The cluster went busy or quiet at ``now``; returns the idle seconds that
-        free threads had until then. ``record``: file them (by reason, under the span
-        of the worker's last task) for the next ``take``; False while metrics are off.
+        free threads had until then. ``record``: file them (by reason, under ``span``,
+        the one the scheduler names, or else the span of the worker's last task) for
+        the next ``take``; False while metrics are off.
 
         ``running`` threads are inside a task: their time is the task's.
         """
         idle = 0.0
         if self.busy and not busy:
-            span = self._latest_span()
+            if span is None:
+                span = self._latest_span()
             for thread, account in self.accounts.items():
                 mark = account.mark
                 if thread not in running and now > mark:

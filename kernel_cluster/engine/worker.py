@@ -288,7 +288,9 @@ class Worker:
             elif t is SetClusterBusy:
                 # followed with metrics off too, so they start right when switched on
                 now = time.perf_counter()
-                self.timeline.set_busy(msg.busy, now, self.pool.running, self.fine_metrics)
+                self.timeline.set_busy(
+                    msg.busy, now, self.pool.running, self.fine_metrics, msg.span
+                )
                 self._scheduler_queued = msg.queued
                 if self.fine_metrics:
                     self._note_idle_reason(now)

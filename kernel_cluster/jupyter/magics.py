@@ -9,24 +9,32 @@
 
 Tags are read like a shell line (quote tags with spaces). Inside an outer
 ``with span(...)`` the cell's span nests under it. An exception in the cell
-closes the span and is raised as usual.
+closes the span and is raised as usual. ``--diagnose`` among the tags prints the
+span's findings under the cell once it ran (diagnostics/queries/findings.py).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shlex
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from ..diagnostics.attach import default_source
+from ..diagnostics.queries.findings import diagnose
 from ..diagnostics.spans import span
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-USAGE = "%%span TAG [TAG ...]  (cell)   or   %span TAG [TAG ...] -- statement  (line)"
+USAGE = (
+    "%%span [--diagnose] TAG [TAG ...]  (cell)   or   "
+    "%span [--diagnose] TAG [TAG ...] -- statement  (line)"
+)
+_STATEMENT = re.compile(r"(?:^|\s)--(?:\s|$)")  # a lone "--" starts the statement
 
 
 @magics_class
@@ -37,18 +45,24 @@ class SpanMagics(Magics):
     @line_cell_magic("span")  # type: ignore[arg-type]
     def span_magic(self, line: str, cell: str | None = None) -> Any:
         if cell is None:
-            if "--" not in line:
+            parts = _STATEMENT.split(line, maxsplit=1)
+            if len(parts) < 2:
                 raise UsageError(f"%span needs a statement after '--'. Usage: {USAGE}")
-            line, cell = line.split("--", 1)
+            line, cell = parts
         try:
             tags = shlex.split(line)
         except ValueError as exc:
             raise UsageError(f"Cannot read the span tags {line!r}: {exc}. Usage: {USAGE}") from None
+        explain = "--diagnose" in tags
+        tags = [t for t in tags if t != "--diagnose"]
         if not tags:
             raise UsageError(f"%%span needs at least one tag. Usage: {USAGE}")
         code = self.shell.transform_cell(cell)
-        with span(*tags):
-            return self._run(code)
+        with span(*tags) as span_id:
+            result = self._run(code)
+        if explain:
+            print(diagnose(default_source(), span_id))
+        return result
 
     def _run(self, code: str) -> Any:
         """Run like a cell: statements, then the last expression's value is the result."""

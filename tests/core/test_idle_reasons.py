@@ -158,6 +158,12 @@ def test_idle_is_filed_under_the_span_of_the_task_that_ended_it():
     assert out[("execute", "s", None, "idle: no-ready-task", "seconds")] == 1.0
     assert out[("execute", "s", None, "idle: waiting-for-data", "seconds")] == 1 + 2 + 4
     assert not any(is_idle(k[3]) for k in out if k[1] == "r")
+    # the span the scheduler names when it goes quiet, when it names one
+    tl.set_busy(True, now=6.0)
+    tl.set_busy(False, now=7.0, span="q")
+    out.clear()
+    tl.take(lambda key, value: out.__setitem__(key, out.get(key, 0) + value))
+    assert out[("execute", "q", None, "idle: waiting-for-data", "seconds")] == 2.0
 
 
 def test_idle_while_metrics_are_off_is_not_filed():

@@ -366,3 +366,17 @@ def test_attach_names_what_to_pass_instead_of_an_address_or_a_cluster(
         with pytest.raises(TypeError, match=message):
             FineMetrics(bad)
     assert source_module._default_source is before
+
+
+def test_diagnose_on_dask_says_what_it_could_not_check(dask_client) -> None:
+    from kernel_cluster.diagnostics.queries.findings import diagnose
+
+    source = source_of(dask_client)
+    with span("diagnosed") as span_id:
+        dask_client.gather(dask_client.map(slow_inc, range(8)))
+    source.fine_metrics()
+    for findings in (diagnose(source, span_id), diagnose(source)):
+        # Dask's idle is not split by reason and its task stream has no dependencies
+        assert "idle-bound" in findings.unchecked, str(findings)
+        assert "gil-contention" in findings.unchecked
+        assert "tasks-too-small" not in findings.rules and "spilling" not in findings.rules
