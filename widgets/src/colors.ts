@@ -10,10 +10,17 @@ import {
   schemeTableau10,
 } from 'd3-scale-chromatic';
 
-const KNOWN: Record<string, string> = {
+export const KNOWN: Record<string, string> = {
   'thread-cpu': '#3b7dd8',
   'thread-noncpu': '#f28e2b',
   idle: '#9aa0a6',
+  // idle split by why (kernel_cluster/core/idle_reasons.py): greys and pale tones of
+  // what each waits on (transfers red, the executor's purple, memory's yellow)
+  'idle: no-ready-task': '#9aa0a6',
+  'idle: waiting-for-data': '#eba3a0',
+  'idle: scheduler-queued': '#bfb0de',
+  'idle: paused': '#dccb72',
+  'idle: other': '#cdd1d5',
   executor: '#8e6cc4',
   other: '#a0785a',
   offload: '#c78fb5',

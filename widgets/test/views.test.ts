@@ -1,5 +1,5 @@
 import { beforeEach, describe, expect, it, vi } from 'vitest';
-import { activityColor } from '../src/colors';
+import { KNOWN, activityColor } from '../src/colors';
 import { FineMetricsView } from '../src/fineMetrics';
 import { formatBytes, formatSeconds, formatValue } from '../src/format';
 import { ProgressView } from '../src/progress';
@@ -42,6 +42,15 @@ describe('FineMetricsView', () => {
     expect(fills.length).toBe(3);
     expect(new Set(fills)).toEqual(new Set([activityColor('thread-cpu')]));
     expect(activityColor('my metric')).toBe(activityColor('my metric'));
+  });
+
+  it('gives each reason of idle a fixed colour of its own', () => {
+    const reasons = ['no-ready-task', 'waiting-for-data', 'scheduler-queued', 'paused', 'other'];
+    const colours = reasons.map((r) => activityColor(`idle: ${r}`));
+    expect(colours.map((c) => KNOWN[`idle: ${reasons[colours.indexOf(c)]}`])).toEqual(colours);
+    expect(new Set(colours).size).toBe(reasons.length);
+    const others = Object.entries(KNOWN).filter(([a]) => !a.startsWith('idle'));
+    for (const c of colours) expect(others.map(([, o]) => o)).not.toContain(c);
   });
 
   it('switches unit from its selector and reports the change', () => {
