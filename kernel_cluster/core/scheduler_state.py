@@ -148,6 +148,7 @@ class SchedulerState:
         self.transition_filter: frozenset[tuple[str, str]] | None = None
         self._instructions: list[SchedulerInstruction] = []
         self._stimulus_id = ""
+        self._time = 0.0  # of the event being handled
         self.n_pending = 0  # tasks waiting, queued or processing
         self.busy = False
         self.holds_queued = False  # ready tasks wait in ``queued`` (workers are told)
@@ -170,6 +171,7 @@ class SchedulerState:
                     "listed in SchedulerState._handlers."
                 ) from None
             self._stimulus_id = event.stimulus_id
+            self._time = event.time
             self._instructions = out
             handler(self, event)
             self._flush_ready()
@@ -398,6 +400,7 @@ class SchedulerState:
     def _send(self, ts: TaskState, ws: WorkerRecord) -> None:
         self._set_state(ts, "processing")
         ts.processing_on = ws
+        ts.sent = self._time
         ws.processing.add(ts)
         if ts.dependencies:
             who_has = {}

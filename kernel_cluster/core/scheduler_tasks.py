@@ -196,6 +196,7 @@ class TaskState:
         "prefix",
         "priority",
         "processing_on",
+        "sent",
         "spec",
         "state",
         "suspicious",
@@ -222,6 +223,7 @@ class TaskState:
         self.who_wants: set[ClientRecord] | frozenset[ClientRecord] = EMPTY
         self.who_has: set[WorkerRecord] | frozenset[WorkerRecord] = EMPTY
         self.processing_on: WorkerRecord | None = None
+        self.sent = 0.0  # when it was last sent to a worker (the event's time)
         self.nbytes = 0
         self.type_name = ""
         self.exception: BaseException | None = None

@@ -82,7 +82,7 @@ class Scheduler:
         )
         self.data_source = data_source
         self.plugins = PluginSet()
-        self.task_stream = TaskStreamPlugin(maxlen=task_stream_length, clock=clock)
+        self.task_stream = TaskStreamPlugin(maxlen=task_stream_length)
         self.register_plugin(self.task_stream)
         self.clock = clock
         self.worker_channels: dict[str, Channel] = {}
@@ -138,6 +138,7 @@ class Scheduler:
                 "nbytes": ev.nbytes if t is TaskFinished else 0,
                 "stimulus_id": ev.stimulus_id,
                 "dependencies": tuple([d.key for d in ts.dependencies]),
+                "sent": ts.sent,
             }
         else:
             kw = {"prefix": ts.prefix.name, "span_id": ts.group.span_id}

@@ -4,33 +4,25 @@ Each record says where and when a task ran: key, prefix, span, worker, thread,
 status, bytes, and ``startstops``: (action, start, stop) for compute, transfer
 (with the worker the data came from), disk-read, disk-write and deserialize,
 on the scheduler's clock; and what the critical path needs (core/critical_path.py):
-the keys of its ``dependencies`` and when the scheduler ``sent`` it to its worker.
+the keys of its ``dependencies`` and when the scheduler ``sent`` it to its worker
+(the time of the event it was sent in answer to: TaskState.sent).
 The history is bounded; ``index`` only grows, so a reader can ask for "everything
 since record N".
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ..core.scheduler_tasks import ALL_STATES
 from .plugins import SchedulerPlugin
-
-_ENDED = (("processing", "memory"), ("processing", "erred"))
 
 
 class TaskStreamPlugin(SchedulerPlugin):
     name = "task-stream"
-    # a task ending; and sent to a worker, or taken back, for when it was sent
-    transitions: ClassVar = frozenset(
-        {(s, "processing") for s in ALL_STATES if s != "processing"}
-        | {("processing", s) for s in ALL_STATES if s != "processing"}
-    )
+    transitions: ClassVar = frozenset({("processing", "memory"), ("processing", "erred")})
 
-    def __init__(self, maxlen: int = 100_000, clock: Callable[[], float] = time.time):
+    def __init__(self, maxlen: int = 100_000):
         # raw tuples (see _FIELDS), turned into dicts only when somebody reads them:
         # the scheduler records every task, readers look at a few. Tuples all the way
         # down (startstops too), holding only strings and numbers: the cyclic GC stops
@@ -38,8 +30,6 @@ class TaskStreamPlugin(SchedulerPlugin):
         # time in the collections made while later tasks run.
         self.buffer: deque[tuple] = deque(maxlen=maxlen)
         self.index = 0  # records ever made; the next one gets this number
-        self.clock = clock
-        self._sent: dict[Any, float] = {}  # processing tasks: when they were sent
 
     def transition(
         self,
@@ -54,14 +44,11 @@ class TaskStreamPlugin(SchedulerPlugin):
         nbytes: int = 0,
         startstops: Any = (),
         dependencies: tuple[Any, ...] = (),
+        sent: float | None = None,
         **kw: Any,
     ) -> None:
-        if finish == "processing":
-            self._sent[key] = self.clock()
+        if worker is None:  # erred because an input failed: it never ran
             return
-        sent = self._sent.pop(key, None)
-        if worker is None or (start, finish) not in _ENDED:
-            return  # taken back, or erred because an input failed: it never ran
         self.buffer.append(
             (
                 self.index,
