@@ -149,3 +149,20 @@ def test_report_without_engine_extras_has_no_such_sections(tmp_path):
     data = report_data((tmp_path / "r.html").read_text())
     assert data["sections"] == {}
     assert [p["feed"] for p in data["updates"][0]["parts"]] == ["metrics", "spans", "progress"]
+
+
+def inc(x):
+    return x + 1
+
+
+def test_report_says_what_the_blocks_numbers_suggest(client, tmp_path):
+    out = tmp_path / "findings.html"
+    with performance_report(filename=out, client=client):
+        client.gather(client.map(inc, range(2000)))
+    findings = report_data(out.read_text())["sections"]["findings"]
+    rules = [f["rule"] for f in findings["found"]]
+    assert "tasks-too-small" in rules, findings
+    found = findings["found"][rules.index("tasks-too-small")]
+    assert "median task seconds" in found["evidence"] and found["advice"]
+    # a block is no span: no critical path, so idle-bound is said to be unchecked
+    assert "idle-bound" in findings["unchecked"] and "gil-contention" in findings["unchecked"]

@@ -82,9 +82,12 @@ export function renderReport(root: HTMLElement, data: ReportData): void {
   const profile = h('section', { class: 'kc-report-section', id: 'profile' }, h('h2', { text: 'Flame graph (statistical profile)' }));
   const memory = h('section', { class: 'kc-report-section', id: 'memory' }, h('h2', { text: 'Memory over time' }));
   const bandwidth = h('section', { class: 'kc-report-section', id: 'bandwidth' }, h('h2', { text: 'Transfers between workers' }));
+  const findings = h('section', { class: 'kc-report-section', id: 'findings' }, h('h2', { text: 'Findings' }));
+  findingsView(findings, data.sections.findings as FindingsSection | undefined);
   root.append(
     h('header', { class: 'kc-report-header' }, h('h1', { text: data.title }), theme),
     h('section', { class: 'kc-report-section', id: 'summary' }, h('h2', { text: 'Summary' }), table),
+    findings,
     h('h2', { text: 'Fine performance metrics and spans' }),
     views,
     stream,
@@ -106,6 +109,34 @@ export function renderReport(root: HTMLElement, data: ReportData): void {
   const moved = data.sections.bandwidth as TransferSection | undefined;
   if (moved && moved.bytes.length) transferView(bandwidth, moved);
   else bandwidth.append(h('p', { class: 'kc-empty', text: 'No data moved between workers in this block.' }));
+}
+
+/** What the block's numbers say to try (kernel_cluster/diagnostics/queries/findings.py as_data). */
+export interface FindingsSection {
+  found: { rule: string; title: string; cost: number; evidence: string; advice: string }[];
+  unchecked: Record<string, string>;
+}
+
+export function findingsView(root: HTMLElement, section: FindingsSection | undefined): void {
+  if (!section) {
+    root.append(h('p', { class: 'kc-empty', text: 'Not evaluated.' }));
+    return;
+  }
+  if (!section.found.length) root.append(h('p', { class: 'kc-empty', text: 'Nothing to report.' }));
+  else {
+    const list = h('ol', { class: 'kc-findings' });
+    for (const f of section.found) {
+      list.append(h('li', { 'data-rule': f.rule },
+        h('strong', { text: f.title }),
+        h('div', { class: 'kc-note', text: `evidence: ${f.evidence}` }),
+        h('div', { text: `try: ${f.advice}` })));
+    }
+    root.append(list);
+  }
+  const unchecked = Object.entries(section.unchecked);
+  if (unchecked.length) {
+    root.append(h('p', { class: 'kc-note', text: `Not checked: ${unchecked.map(([r, why]) => `${r} (${why})`).join('; ')}` }));
+  }
 }
 
 /** Profiles as a page carries them (kernel_cluster/diagnostics/profile_feed.py static_profiles). */

@@ -40,10 +40,22 @@ describe('report', () => {
         profile: embedded(),
         memory: { time: [0, 0.5, 1], process: [10, 30, 20], managed: [0, 5, 1], spilled: [0, 0, 0] },
         bandwidth: { workers: ['tcp://a', 'tcp://b'], to: [1, 1, 0], from: [0, 0, 1], start: [0.1, 0.5, 0.6], stop: [0.2, 0.7, 0.6], bytes: [1000, 2000, 10], compressed: [500, 2000, 10], window: [0, 1] },
+        findings: {
+          found: [
+            { rule: 'spilling', title: 'Spilling to disk', cost: 2, evidence: 'disk share 30%', advice: 'raise the memory limit' },
+            { rule: 'imbalance', title: 'Imbalance', cost: 1, evidence: 'busiest worker seconds 2', advice: 'check restrictions' },
+          ],
+          unchecked: { 'gil-contention': 'not told apart yet' },
+        },
       },
     };
     const root = document.createElement('div');
     renderReport(root, data);
+    const found = [...root.querySelectorAll('#findings li')];
+    expect(found.map((li) => li.getAttribute('data-rule'))).toEqual(['spilling', 'imbalance']);
+    expect(found[0].textContent).toContain('evidence: disk share 30%');
+    expect(found[0].textContent).toContain('try: raise the memory limit');
+    expect(root.querySelector('#findings > p.kc-note')?.textContent).toContain('gil-contention (not told apart yet)');
     expect(root.querySelector('h1')?.textContent).toBe('My report');
     expect(root.querySelector('.kc-summary')?.textContent).toContain('2.50 s');
     expect(bars(root, 'by-function').length).toBe(4);
@@ -65,7 +77,7 @@ describe('report', () => {
       title: 'r', summary: { start: 0, duration: 1, tasks: 0, threads: 1, workers: 1, versions: {}, code: '' },
       updates: [{ parts: [w.metrics[0]], buffers: w.metrics[1].map(b64) }], sections: {},
     });
-    for (const id of ['task-stream', 'profile', 'memory', 'bandwidth']) expect(root.querySelector(`#${id} .kc-empty`)).not.toBeNull();
+    for (const id of ['task-stream', 'profile', 'memory', 'bandwidth', 'findings']) expect(root.querySelector(`#${id} .kc-empty`)).not.toBeNull();
   });
 
   it('spreads each transfer over its duration, in bytes per second', () => {

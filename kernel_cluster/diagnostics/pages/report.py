@@ -40,6 +40,7 @@ from ..attach import source_of
 from ..feeds.profile_codec import clean_timeline, static_profiles
 from ..feeds.tables import MetricsFeed, RecordsFeed, progress_records, span_records
 from ..feeds.task_stream import TaskStreamFeed
+from ..queries.findings import as_data, block_findings
 from ..queries.memory_sampler import Periodic
 from ..queries.profile import profile, profile_metadata
 from ..snapshots import Metrics, SpanInfo, TaskStreamRecord, TransferLogs
@@ -121,6 +122,9 @@ class performance_report:
         sections["bandwidth"] = _try(
             lambda: transfers(src.transfer_logs(), since=self._wall0, until=time.time())
         )
+        workers = list(info.workers) if info is not None else []
+        if tasks:  # what the block's numbers say to try (a block is no span: no path)
+            sections["findings"] = _try(lambda: as_data(block_findings(metrics, tasks, workers)))
         functions = {k[2] for k in metrics if k[0] == "execute" and len(k) == 5 and k[2]}
         progress = {p: st for p, st in (_try(src.progress) or {}).items() if p in functions}
         summary = {

@@ -8,13 +8,14 @@ back from its last task. ``path_frame`` lays the steps out as a table.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ...core.critical_path import PARTS, CriticalPath, TaskRun, critical_path
 from ..snapshots import SpanInfo, TaskStreamRecord
 from ..source import DiagnosticsSource
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def span_critical_path(source: DiagnosticsSource, span: Any = None) -> CriticalPath:
@@ -101,6 +102,8 @@ def task_runs(records: Iterable[TaskStreamRecord]) -> list[TaskRun]:
 def path_frame(path: CriticalPath) -> pd.DataFrame:
     """One row per step, in the order they ran: key, worker, how it followed the step
     before (``via``), its seconds by part and in all."""
+    import pandas as pd  # on first use: importing the package does not import pandas
+
     rows = [(s.key, s.worker, s.via, *(getattr(s, p) for p in PARTS), s.total) for s in path.steps]
     return pd.DataFrame(rows, columns=["key", "worker", "via", *PARTS, "total"])
 

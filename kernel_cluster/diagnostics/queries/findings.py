@@ -97,9 +97,11 @@ class Finding:
     evidence: dict[str, float]
     advice: str
 
+    def evidence_text(self) -> str:
+        return ", ".join(f"{k} {_fmt(k, v)}" for k, v in self.evidence.items())
+
     def __str__(self) -> str:
-        numbers = ", ".join(f"{k} {_fmt(k, v)}" for k, v in self.evidence.items())
-        return f"{self.title}\n  evidence: {numbers}\n  try: {self.advice}"
+        return f"{self.title}\n  evidence: {self.evidence_text()}\n  try: {self.advice}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,12 +318,55 @@ def diagnose(source: DiagnosticsSource, span: Any = None) -> Findings:
         _, ids = select_spans(source.spans(), span)
         records = [r for r in source.task_stream() if r.span_id in ids and r.status == "OK"]
         path = _path(source, span)
+    ev = _evidence(seconds, other, records, source.info().workers, path)
+    return evaluate(ev, label)
+
+
+def block_findings(
+    metrics: Metrics, records: Iterable[TaskStreamRecord], workers: Iterable[str]
+) -> Findings:
+    """Findings for a block of work (a performance report's): ``metrics`` as
+    ``fine_metrics()`` keys them, summed over the block, and its tasks' records; no
+    critical path (a block is no span), so idle-bound is not checked."""
+    seconds = _execute_seconds(metrics, activity_at=3)
+    other = {
+        (str(k[0]), str(k[1])): float(v)
+        for k, v in metrics.items()
+        if len(k) == 3 and k[-1] == "seconds"
+    }
+    ok = [r for r in records if r.status == "OK"]
+    return evaluate(_evidence(seconds, other, ok, workers, None), "this block")
+
+
+def as_data(findings: Findings) -> dict[str, Any]:
+    """Plain data for a page: the findings in order, and the checks not made."""
+    return {
+        "found": [
+            {
+                "rule": f.rule,
+                "title": f.title,
+                "cost": f.cost,
+                "evidence": f.evidence_text(),
+                "advice": f.advice,
+            }
+            for f in findings.found
+        ],
+        "unchecked": dict(findings.unchecked),
+    }
+
+
+def _evidence(
+    seconds: dict[str, float],
+    other: dict[tuple[str, str], float] | None,
+    records: Iterable[TaskStreamRecord],
+    workers: Iterable[str],
+    path: CriticalPath | None,
+) -> Evidence:
     durations, busy = _compute_times(records)
-    for worker in source.info().workers:  # a worker that computed nothing counts too
+    for worker in workers:  # a worker that computed nothing counts too
         busy.setdefault(worker, 0.0)
     split = any(is_idle(a) and a != IDLE for a in seconds)
-    ev = Evidence(seconds, other, durations, busy, path, split or IDLE not in seconds)
-    return evaluate(ev, label)
+    return Evidence(seconds, other, durations, busy, path, split or IDLE not in seconds)
 
 
 def _execute_seconds(metrics: Metrics, activity_at: int) -> dict[str, float]:
