@@ -39,6 +39,7 @@ from ..engine.comm import SerializationError
 from ..engine.execute import unpack_exception
 from ..engine.plugins import check_plugin
 from ..engine.pool import in_task_thread
+from ..engine.scheduler import RUN_TIMEOUT, RunTimeoutError
 from ..local_diagnostics.callbacks import active_callbacks
 from . import dask_graphs
 from .call_keys import funcname, function_token, tokenize
@@ -146,7 +147,9 @@ class Client:
         self._scheduler = cluster.scheduler
         self._lock = threading.RLock()
         # the futures by key; Future objects call its methods through ours (FutureOwner)
-        self._futures = futures = FutureRegistry(self._lock, self._schedule_flush, unpack_exception)
+        self._futures = futures = FutureRegistry(
+            self._lock, self._schedule_flush, unpack_exception, cluster.loop_thread.callbacks.submit
+        )
         self._inc_ref = futures.inc_ref
         self._dec_ref = futures.dec_ref
         self._release_keys = futures.release_keys
@@ -641,20 +644,49 @@ class Client:
     _diagnostics = diagnostics  # the name earlier versions used
 
     def run(
-        self, fn: Callable, *args: Any, workers: list[str] | None = None, **kwargs: Any
+        self,
+        fn: Callable,
+        *args: Any,
+        workers: list[str] | None = None,
+        timeout: float | None = RUN_TIMEOUT,
+        **kwargs: Any,
     ) -> dict:
         """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``), with
         ``dask_worker=worker`` too if ``fn`` takes that.
 
         Returns ``{worker_address: result}``; an exception on any worker is raised here.
+        ``fn`` runs on the worker's event loop, as in Dask: a worker that has not
+        answered within ``timeout`` seconds (None: no limit) raises RunTimeoutError, a
+        TimeoutError naming ``fn``; the worker carries on once ``fn`` returns.
         """
         self._check_running()
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, numbers.Real)
+            or not 0 < timeout < float("inf")
+        ):
+            raise ValueError(
+                f"timeout={timeout!r}: give a positive number of seconds, or None to wait for ever."
+            )
+        name = funcname(fn)
         if args or kwargs:
             fn = functools.partial(fn, *args, **kwargs)
-        if not self.cluster.processes:
-            return self._loop.run(self._scheduler.run_on_workers, fn, workers)
-        pickled = self._loop.run(self._scheduler.run_on_workers, _PickledResult(fn), workers)
-        return {address: cloudpickle.loads(data) for address, data in pickled.items()}
+        processes = self.cluster.processes
+        call = _PickledResult(fn) if processes else fn
+        # the engine times out each worker process; this wait is for a function that
+        # blocks the engine's loop itself (embedded workers run it there)
+        wait = None if timeout is None else timeout + (5.0 if processes else 0.0)
+        try:
+            results = self._loop.run(
+                self._scheduler.run_on_workers, call, workers, timeout, name, timeout=wait
+            )
+        except RunTimeoutError:
+            raise
+        except TimeoutError:
+            raise RunTimeoutError(name, timeout or 0) from None
+        if not processes:
+            return results
+        return {address: cloudpickle.loads(data) for address, data in results.items()}
 
     def restart(self) -> None:
         """Cancel every future on the cluster and replace every worker."""

@@ -163,6 +163,8 @@ class WorkerRemoved:
 
     ``running``: the texts of the keys its task threads were running when it died
     (core/blame.py); only those tasks are blamed. None: unknown, all its tasks are.
+    ``cause``: why it went, told to the user when known (its nanny ended it for its
+    memory, say): a task failing with KilledWorker for this death says so.
     """
 
     address: str
@@ -171,6 +173,7 @@ class WorkerRemoved:
     stimulus_id: str = ""
     time: float = 0.0
     running: tuple[bytes, ...] | None = None
+    cause: str = ""
 
 
 # -- instructions --------------------------------------------------------------------

@@ -20,6 +20,7 @@ from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
 from .nanny import Nanny
+from .offload import Offloader
 from .peers import InProcessPeers
 from .scheduler import Scheduler
 from .tcp_workers import ConnectionPool, RemoteData, SchedulerServer
@@ -43,6 +44,9 @@ class WorkerSettings(TypedDict, total=False):
     memory_pause_fraction: float
     memory_monitor_interval: float
     memory_stuck_seconds: float
+    memory_terminate_fraction: float
+    serialize_timeout: float
+    loop_stuck_seconds: float
     profile: bool
     profile_interval: float
     profile_cycle_interval: float
@@ -104,7 +108,11 @@ class KernelCluster:
         self.token_file = os.path.join(self.local_directory, "token")
         write_secret_file(self.token_file, self.secret)
         self.pool = ConnectionPool(self.secret)
-        self.peers = InProcessPeers(RemoteData(self.pool))
+        # values from worker processes are unpickled on a thread of this, not on the loop
+        self.unpickling = Offloader(f"{self.name}-unpickle", self.worker_config.serialize_timeout)
+        if processes:
+            self.unpickling.start()
+        self.peers = InProcessPeers(RemoteData(self.pool, offloader=self.unpickling))
         self.dispatcher = Dispatcher()
         self.loop_thread = LoopThread(f"{self.name}-loop")
         self.scheduler: Scheduler = self.loop_thread.run(
@@ -138,6 +146,7 @@ class KernelCluster:
                     death_timeout=death_timeout,
                     on_register=nanny.on_register,
                     on_lost=nanny.on_lost,
+                    vouch=nanny.vouch,
                 )
                 self.scheduler.running_source = nanny.running_on
                 self.loop_thread.run(self.server.start)
@@ -290,6 +299,7 @@ class KernelCluster:
         if self.nanny is not None:
             self.nanny.kill_all()  # those the loop could not stop
         self.loop_thread.stop()
+        self.unpickling.close()
         shutil.rmtree(self.local_directory, ignore_errors=True)
         self.status = "closed"
         _live_clusters.discard(self)

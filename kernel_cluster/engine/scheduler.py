@@ -54,6 +54,47 @@ logger = logging.getLogger(__name__)
 
 ReportHandler = Callable[[list[ReportKey], int], None]
 
+# seconds ``client.run`` waits for its function on each worker, unless told otherwise
+RUN_TIMEOUT = 60.0
+
+
+class RunTimeoutError(TimeoutError):
+    """``client.run``'s function did not return in time (``worker``: where; empty when
+    it ran on the engine's own loop, as with embedded workers)."""
+
+    def __init__(self, name: str, timeout: float, worker: str = "") -> None:
+        self.name = name
+        self.timeout = timeout
+        self.worker = worker
+        if worker:
+            where = (
+                f"on worker {worker}. It runs on the worker's event loop (as in Dask) and "
+                "blocks it: the worker carries on once it returns (its process vouches for "
+                "it meanwhile), and is replaced if its loop stays blocked for "
+                "loop_stuck_seconds."
+            )
+        else:
+            where = (
+                "on the engine's event loop, which embedded workers share with the "
+                "scheduler: nothing else happens on the cluster until it returns."
+            )
+        super().__init__(
+            f"client.run: {name} did not return within {timeout:g} s {where} Pass a larger "
+            "timeout= (None waits for ever), or run long work as a task with submit()."
+        )
+
+    def __reduce__(self) -> tuple:
+        return (RunTimeoutError, (self.name, self.timeout, self.worker))
+
+
+def _name_of(fn: Any) -> str:
+    while True:
+        inner = getattr(fn, "func", None) or getattr(fn, "fn", None)  # partial, wrappers
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
 
 class Channel(Protocol):
     def send(self, msgs: list) -> None: ...
@@ -192,11 +233,13 @@ class Scheduler:
         reason: str = "",
         expected: bool = False,
         running: list[bytes] | None = None,
+        cause: str = "",
     ) -> None:
         """``expected``: the worker was stopped on purpose, so its tasks are not suspects.
         Otherwise only the tasks ``running`` there (key texts, see core/blame.py) are;
         None: unknown, every task sent there is. ``running_source`` (the nanny's
-        reading of a worker process's slots) is asked when ``running`` is not given."""
+        reading of a worker process's slots) is asked when ``running`` is not given.
+        ``cause``: why it went, for the user (a task failing for this death says so)."""
         if self.worker_channels.pop(address, None) is None:
             return
         if not expected and running is None and self.running_source is not None:
@@ -211,6 +254,7 @@ class Scheduler:
                 self._stimulus("remove-worker"),
                 self.clock(),
                 None if running is None else tuple(running),
+                cause,
             )
         )
         self.plugins.call_all("remove_worker", self, address)
@@ -230,10 +274,25 @@ class Scheduler:
         ]
         self.handle(*events)
 
-    async def run_on_workers(self, fn: Any, workers: list[str] | None = None) -> dict:
-        """``client.run``: ``fn`` on each worker; exceptions are re-raised here."""
+    async def run_on_workers(
+        self,
+        fn: Any,
+        workers: list[str] | None = None,
+        timeout: float | None = None,
+        name: str = "",
+    ) -> dict:
+        """``client.run``: ``fn`` on each worker; exceptions are re-raised here, and a
+        worker that has not answered in ``timeout`` seconds raises RunTimeoutError
+        naming ``name`` (or ``fn``'s)."""
         addresses = workers if workers is not None else list(self.state.workers)
-        results = await asyncio.gather(*(self.data_source.run(a, fn) for a in addresses))
+
+        async def on(address: str) -> Any:
+            try:
+                return await asyncio.wait_for(self.data_source.run(address, fn), timeout)
+            except TimeoutError:
+                raise RunTimeoutError(name or _name_of(fn), timeout or 0, address) from None
+
+        results = await asyncio.gather(*(on(a) for a in addresses))
         return dict(zip(addresses, results))
 
     def add_client(self, client_id: str, handler: ReportHandler) -> None:

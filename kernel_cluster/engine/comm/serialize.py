@@ -25,6 +25,12 @@ frames that do not exist raise ``ProtocolError`` (the stream cannot be
 trusted any more); a pickle that fails to load (say, a module missing in this
 process) raises ``SerializationError`` and the stream stays usable.
 
+A value can also travel pickled on its own, as a ``Pickled`` (``pickle_value``):
+the receiver's ``loads`` then gives the ``Pickled`` back, still packed, and unpickles
+it when and where it chooses (``unpickle``): values a peer sends (which run the
+user's code as they load, and may be large) are unpickled off the event loop, one by
+one, each failing alone.
+
 Unpickling runs arbitrary code: ``loads`` must only ever see frames from a
 peer that passed the authentication handshake (``auth``).
 """
@@ -46,7 +52,15 @@ from .errors import ProtocolError, SerializationError
 if TYPE_CHECKING:
     import mmap
 
-__all__ = ["OUT_OF_BAND_THRESHOLD", "check_serializable", "dumps", "loads"]
+__all__ = [
+    "OUT_OF_BAND_THRESHOLD",
+    "Pickled",
+    "check_serializable",
+    "dumps",
+    "loads",
+    "pickle_value",
+    "unpickle",
+]
 
 OUT_OF_BAND_THRESHOLD = 64 * 1024
 
@@ -55,12 +69,14 @@ _EXT_FRAME = 1  # a bytes-like value sent as its own frame: kind, frame index
 _EXT_INLINE = 2  # a small bytearray / memoryview: kind, then the bytes
 _EXT_PICKLE = 3  # first buffer frame, number of buffers, then the pickle
 _EXT_PICKLE_Z = 4  # as _EXT_PICKLE, then per buffer: codec and original size
+_EXT_PICKLED = 5  # a Pickled: as _EXT_PICKLE_Z, with a flag: the pickle is a frame too
 
 _KIND_BYTES, _KIND_BYTEARRAY, _KIND_MEMORYVIEW = 0, 1, 2
 _KINDS = {bytes: _KIND_BYTES, bytearray: _KIND_BYTEARRAY, memoryview: _KIND_MEMORYVIEW}
 
 _FRAME_REF = struct.Struct("<BI")
 _PICKLE_REF = struct.Struct("<II")
+_PICKLED_REF = struct.Struct("<IIB")  # first buffer frame, buffers, pickle in a frame
 _CODEC_REF = struct.Struct("<BQ")
 _CODEC_NONE, _CODEC_LZ4 = 0, 1
 # Large buffers are lz4-compressed when a sample shrinks to this fraction or less:
@@ -81,6 +97,92 @@ def _type_name(obj: object) -> str:
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
+
+
+class Pickled:
+    """One value pickled on its own (``pickle_value``), for a receiver to ``unpickle``.
+
+    ``data``: the pickle; ``buffers``: its out-of-band buffers, each compressed or not
+    as ``codecs`` says (codec, size before compression). A message carries it whole,
+    and a receiver gets it back as it was sent, unpickled by nobody yet.
+    """
+
+    __slots__ = ("buffers", "codecs", "data")
+
+    def __init__(self, data: Any, buffers: list[Any], codecs: list[tuple[int, int]]) -> None:
+        self.data = data
+        self.buffers = buffers
+        self.codecs = codecs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it takes in a message (the pickle and its buffers, as sent)."""
+        return memoryview(self.data).nbytes + sum(memoryview(b).nbytes for b in self.buffers)
+
+
+def pickle_value(
+    obj: Any,
+    what: str = "a value in the message",
+    *,
+    threshold: int = OUT_OF_BAND_THRESHOLD,
+    compress: bool = True,
+) -> Pickled:
+    """``obj`` pickled with cloudpickle (protocol 5): buffers of ``threshold`` bytes
+    or more out of band, lz4-compressed when that makes them notably smaller (with
+    ``compress``). ``SerializationError`` naming ``what`` if it will not pickle."""
+    with context_meter.meter("serialize"):
+        return _pickle_value(obj, what, threshold, compress)
+
+
+def _pickle_value(obj: Any, what: str, threshold: int, compress: bool) -> Pickled:
+    buffers: list[memoryview] = []
+
+    def keep_out_of_band(buffer: pickle.PickleBuffer) -> bool:
+        # Returning True keeps the buffer inside the pickle stream.
+        try:
+            raw = buffer.raw()
+        except BufferError:  # not contiguous: pickle copies it in-band
+            return True
+        if raw.nbytes < threshold:
+            return True
+        buffers.append(raw)
+        return False
+
+    try:
+        data = cloudpickle.dumps(obj, protocol=5, buffer_callback=keep_out_of_band)
+    except Exception as exc:
+        raise SerializationError(what, _type_name(obj), f"{type(exc).__name__}: {exc}") from exc
+    codecs = []
+    if compress:
+        for i, raw in enumerate(buffers):
+            packed = _maybe_compress(raw)
+            codecs.append((_CODEC_NONE if packed is None else _CODEC_LZ4, raw.nbytes))
+            if packed is not None:
+                buffers[i] = packed  # type: ignore[call-overload]  # bytes in place of a view
+    return Pickled(data, list(buffers), codecs)
+
+
+def unpickle(value: Pickled, what: str = "a pickled value in a received message") -> Any:
+    """The value a ``Pickled`` holds (``SerializationError`` naming ``what`` if it
+    cannot be rebuilt here)."""
+    with context_meter.meter("deserialize"):
+        return _unpickle(value, what)
+
+
+def _unpickle(value: Pickled, what: str) -> Any:
+    buffers = value.buffers
+    if value.codecs:
+        buffers = list(buffers)
+        for i, (codec, size) in enumerate(value.codecs):
+            if codec == _CODEC_LZ4:
+                with context_meter.meter("decompress"):
+                    buffers[i] = lz4.block.decompress(buffers[i], uncompressed_size=size)
+    try:
+        return pickle.loads(value.data, buffers=buffers)
+    except Exception as exc:
+        raise SerializationError(
+            what, "pickle", f"{type(exc).__name__}: {exc}", receiving=True
+        ) from exc
 
 
 class _Encoder:
@@ -107,6 +209,8 @@ class _Encoder:
             return [self.prepare(v) for v in obj]
         if cls is bytes or cls is bytearray or cls is memoryview:
             return self.bytes_like(obj)
+        if cls is Pickled:
+            return self.pickled(obj)
         return self.pickle(obj)
 
     def bytes_like(self, obj: bytes | bytearray | memoryview) -> Any:
@@ -125,38 +229,28 @@ class _Encoder:
         return msgpack.ExtType(_EXT_INLINE, bytes([kind]) + view.tobytes())
 
     def pickle(self, obj: Any) -> msgpack.ExtType:
-        buffers: list[memoryview] = []
-
-        def keep_out_of_band(buffer: pickle.PickleBuffer) -> bool:
-            # Returning True keeps the buffer inside the pickle stream.
-            try:
-                raw = buffer.raw()
-            except BufferError:  # not contiguous: pickle copies it in-band
-                return True
-            if raw.nbytes < self.threshold:
-                return True
-            buffers.append(raw)
-            return False
-
-        try:
-            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=keep_out_of_band)
-        except Exception as exc:
-            raise SerializationError(
-                "a value in the message", _type_name(obj), f"{type(exc).__name__}: {exc}"
-            ) from exc
+        value = _pickle_value(obj, "a value in the message", self.threshold, self.compress)
         first = len(self.frames)
-        if self.compress and buffers:
-            codecs = []
-            for raw in buffers:
-                packed = _maybe_compress(raw)
-                codecs.append(
-                    _CODEC_REF.pack(_CODEC_NONE if packed is None else _CODEC_LZ4, raw.nbytes)
-                )
-                self.frames.append(raw if packed is None else packed)
-            head = _PICKLE_REF.pack(first, len(buffers)) + b"".join(codecs)
-            return msgpack.ExtType(_EXT_PICKLE_Z, head + data)
-        self.frames.extend(buffers)
-        return msgpack.ExtType(_EXT_PICKLE, _PICKLE_REF.pack(first, len(buffers)) + data)
+        self.frames.extend(value.buffers)
+        head = _PICKLE_REF.pack(first, len(value.buffers))
+        if not value.codecs:
+            return msgpack.ExtType(_EXT_PICKLE, head + value.data)
+        codecs = b"".join(_CODEC_REF.pack(codec, size) for codec, size in value.codecs)
+        return msgpack.ExtType(_EXT_PICKLE_Z, head + codecs + value.data)
+
+    def pickled(self, value: Pickled) -> msgpack.ExtType:
+        """A value pickled already, carried as it is (the receiver gets a Pickled)."""
+        first = len(self.frames)
+        self.frames.extend(value.buffers)
+        n = len(value.buffers)
+        codecs = b"".join(_CODEC_REF.pack(codec, size) for codec, size in value.codecs)
+        if len(codecs) != n * _CODEC_REF.size:
+            raise SerializationError("a pickled value", "Pickled", "its codecs do not match")
+        if memoryview(value.data).nbytes >= self.threshold:  # a large pickle: a frame
+            self.frames.append(value.data)
+            return msgpack.ExtType(_EXT_PICKLED, _PICKLED_REF.pack(first, n, 1) + codecs)
+        data = bytes(value.data)
+        return msgpack.ExtType(_EXT_PICKLED, _PICKLED_REF.pack(first, n, 0) + codecs + data)
 
 
 def _maybe_compress(raw: memoryview) -> bytes | None:
@@ -216,6 +310,22 @@ def _loads(frames: Sequence[bytes | bytearray | memoryview | mmap.mmap]) -> Any:
             raise ProtocolError(reason=f"message refers to frame {index} of {len(frames)}")
         return frames[index]
 
+    def read_codecs(data: bytes, offset: int, first: int, count: int) -> list[tuple[int, int]]:
+        """The codecs of ``count`` buffers, checked before anything is decompressed."""
+        codecs = []
+        for i in range(count):
+            codec, size = _CODEC_REF.unpack_from(data, offset + i * _CODEC_REF.size)
+            if codec == _CODEC_LZ4:
+                packed = memoryview(frame(first + i)).nbytes
+                if size > min(_LZ4_MAX_INPUT, _LZ4_MAX_RATIO * packed + 64):
+                    raise ProtocolError(
+                        reason=f"lz4 frame of {packed} bytes announces {size} bytes"
+                    )
+            elif codec != _CODEC_NONE:
+                raise ProtocolError(reason=f"unknown compression codec {codec}")
+            codecs.append((codec, size))
+        return codecs
+
     def ext_hook(code: int, data: bytes) -> Any:
         if code == _EXT_FRAME:
             kind, index = _FRAME_REF.unpack(data)
@@ -224,31 +334,21 @@ def _loads(frames: Sequence[bytes | bytearray | memoryview | mmap.mmap]) -> Any:
             return _as_kind(data[0], data[1:])
         if code in (_EXT_PICKLE, _EXT_PICKLE_Z):
             first, count = _PICKLE_REF.unpack_from(data)
-            buffers = [frame(i) for i in range(first, first + count)]
             offset = _PICKLE_REF.size
+            codecs: list[tuple[int, int]] = []
             if code == _EXT_PICKLE_Z:
-                for i in range(count):
-                    codec, size = _CODEC_REF.unpack_from(data, offset + i * _CODEC_REF.size)
-                    if codec == _CODEC_LZ4:
-                        packed = memoryview(buffers[i]).nbytes
-                        if size > min(_LZ4_MAX_INPUT, _LZ4_MAX_RATIO * packed + 64):
-                            raise ProtocolError(
-                                reason=f"lz4 frame of {packed} bytes announces {size} bytes"
-                            )
-                        with context_meter.meter("decompress"):
-                            buffers[i] = lz4.block.decompress(buffers[i], uncompressed_size=size)
-                    elif codec != _CODEC_NONE:
-                        raise ProtocolError(reason=f"unknown compression codec {codec}")
+                codecs = read_codecs(data, offset, first, count)
                 offset += count * _CODEC_REF.size
-            try:
-                return pickle.loads(memoryview(data)[offset:], buffers=buffers)
-            except Exception as exc:
-                raise SerializationError(
-                    "a pickled value in a received message",
-                    "pickle",
-                    f"{type(exc).__name__}: {exc}",
-                    receiving=True,
-                ) from exc
+            buffers = [frame(i) for i in range(first, first + count)]
+            value = Pickled(memoryview(data)[offset:], buffers, codecs)
+            return _unpickle(value, "a pickled value in a received message")
+        if code == _EXT_PICKLED:
+            first, count, in_frame = _PICKLED_REF.unpack_from(data)
+            offset = _PICKLED_REF.size
+            codecs = read_codecs(data, offset, first, count)
+            offset += count * _CODEC_REF.size
+            pickled = frame(first + count) if in_frame else memoryview(data)[offset:]
+            return Pickled(pickled, [frame(i) for i in range(first, first + count)], codecs)
         raise ProtocolError(reason=f"unknown msgpack extension type {code}")
 
     try:
