@@ -39,7 +39,7 @@ from ..engine.comm import SerializationError
 from ..engine.execute import unpack_exception
 from ..engine.plugins import check_plugin
 from ..engine.pool import in_task_thread
-from ..engine.scheduler import RUN_TIMEOUT, RunTimeoutError
+from ..engine.run_function import RUN_TIMEOUT, RunTimeoutError
 from ..local_diagnostics.callbacks import active_callbacks
 from . import dask_graphs
 from .call_keys import funcname, function_token, tokenize

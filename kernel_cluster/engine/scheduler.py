@@ -45,55 +45,24 @@ from ..core.worker_messages import (
     SendTaskErred,
     SendTaskFinished,
 )
+from .execute import pack_exception
+from .memory_monitor import UnspillableMemoryError
 from .plugins import PluginSet, SchedulerPlugin
+from .run_function import run_on
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
-from .wire import Heartbeat, HeartbeatNow, HeartbeatReply, ResultUnsendable, WorkerPaused
+from .wire import (
+    Heartbeat,
+    HeartbeatNow,
+    HeartbeatReply,
+    MemoryStuck,
+    ResultUnsendable,
+    WorkerPaused,
+)
 
 logger = logging.getLogger(__name__)
 
 ReportHandler = Callable[[list[ReportKey], int], None]
-
-# seconds ``client.run`` waits for its function on each worker, unless told otherwise
-RUN_TIMEOUT = 60.0
-
-
-class RunTimeoutError(TimeoutError):
-    """``client.run``'s function did not return in time (``worker``: where; empty when
-    it ran on the engine's own loop, as with embedded workers)."""
-
-    def __init__(self, name: str, timeout: float, worker: str = "") -> None:
-        self.name = name
-        self.timeout = timeout
-        self.worker = worker
-        if worker:
-            where = (
-                f"on worker {worker}. It runs on the worker's event loop (as in Dask) and "
-                "blocks it: the worker carries on once it returns (its process vouches for "
-                "it meanwhile), and is replaced if its loop stays blocked for "
-                "loop_stuck_seconds."
-            )
-        else:
-            where = (
-                "on the engine's event loop, which embedded workers share with the "
-                "scheduler: nothing else happens on the cluster until it returns."
-            )
-        super().__init__(
-            f"client.run: {name} did not return within {timeout:g} s {where} Pass a larger "
-            "timeout= (None waits for ever), or run long work as a task with submit()."
-        )
-
-    def __reduce__(self) -> tuple:
-        return (RunTimeoutError, (self.name, self.timeout, self.worker))
-
-
-def _name_of(fn: Any) -> str:
-    while True:
-        inner = getattr(fn, "func", None) or getattr(fn, "fn", None)  # partial, wrappers
-        if inner is None or inner is fn:
-            break
-        fn = inner
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
 class Channel(Protocol):
@@ -150,6 +119,9 @@ class Scheduler:
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+        # key -> restarts of workers stuck over their memory limit with its value, which
+        # could not be spilled (MemoryStuck): past allowed_failures, the task fails
+        self.unspillable_restarts: dict[Key, int] = {}
 
     # -- plugins -----------------------------------------------------------------------
 
@@ -285,15 +257,7 @@ class Scheduler:
         worker that has not answered in ``timeout`` seconds raises RunTimeoutError
         naming ``name`` (or ``fn``'s)."""
         addresses = workers if workers is not None else list(self.state.workers)
-
-        async def on(address: str) -> Any:
-            try:
-                return await asyncio.wait_for(self.data_source.run(address, fn), timeout)
-            except TimeoutError:
-                raise RunTimeoutError(name or _name_of(fn), timeout or 0, address) from None
-
-        results = await asyncio.gather(*(on(a) for a in addresses))
-        return dict(zip(addresses, results))
+        return await run_on(self.data_source, addresses, fn, timeout, name)
 
     def add_client(self, client_id: str, handler: ReportHandler) -> None:
         self.client_handlers[client_id] = handler
@@ -377,9 +341,35 @@ class Scheduler:
                 )
             elif t is WorkerPaused:
                 events.append(WorkerPauseChanged(address, msg.paused, "", now))
+            elif t is MemoryStuck:
+                events.extend(self._memory_stuck(address, msg, now))
             else:
                 logger.warning("Scheduler ignored unknown message %r from %s", msg, address)
         self.handle(*events)
+
+    def _memory_stuck(self, address: str, msg: MemoryStuck, now: float) -> list:
+        """A worker restarts, stuck over its limit with values it could not spill: they
+        would be computed again, and it would be stuck again, for ever. Each of them is
+        counted; past ``allowed_failures`` restarts it fails with UnspillableMemoryError
+        (and its dependents with it), which says why and what to do."""
+        tasks = self.state.tasks
+        counts = self.unspillable_restarts
+        for key in [k for k in counts if k not in tasks]:  # forgotten since
+            del counts[key]
+        held = sum(nbytes for nbytes, _ in msg.unspillable.values())
+        events = []
+        for key, (_, why) in msg.unspillable.items():
+            ts = tasks.get(key)
+            if ts is None or ts.state != "memory":
+                continue
+            n = counts[key] = counts.get(key, 0) + 1
+            if n <= self.state.allowed_failures:
+                continue
+            del counts[key]
+            error = UnspillableMemoryError(key, address, why, held, msg.limit, n)
+            packed = pack_exception(error, None)[0]
+            events.append(ResultUnserializable(key, address, packed, str(error), "", now))
+        return events
 
     # -- the door into the state machine, and routing ---------------------------------
 

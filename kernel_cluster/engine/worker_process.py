@@ -91,11 +91,13 @@ async def serve(
         adopt_lower_limit(comm, reply.max_message_size)
         stream = StreamChannel(comm)
         exit_code = 0
+        closing: set[asyncio.Task] = set()
 
         def give_up() -> None:  # stuck over its memory limit: its nanny starts a new one
             nonlocal exit_code
             exit_code = MEMORY_STUCK_EXIT
-            comm.abort()
+            # what it last told the scheduler (the values it could not spill) goes first
+            closing.add(loop.create_task(_close_then_abort(stream, comm)))
 
         worker.memory.on_stuck = give_up
         worker.connect(stream)
@@ -122,3 +124,9 @@ async def serve(
         with contextlib.suppress(Exception):
             worker.close()
     return exit_code
+
+
+async def _close_then_abort(stream: StreamChannel, comm: Comm, timeout: float = 2.0) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stream.close(), timeout)
+    comm.abort()
