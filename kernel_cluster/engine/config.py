@@ -73,7 +73,10 @@ class WorkerConfig:
     # a worker process past it is ended by its nanny (the task running there is blamed)
     memory_terminate_fraction: float = field(
         default=0.95,
-        metadata={"help": "fraction of the memory limit past which a worker process is restarted"},
+        metadata={
+            "help": "fraction of the memory limit past which a worker process is restarted "
+            "(0: never)"
+        },
     )
     serialize_timeout: float = field(
         default=120.0,
@@ -184,11 +187,11 @@ class WorkerConfig:
         if (
             isinstance(terminate, bool)
             or not isinstance(terminate, int | float)
-            or not self.memory_pause_fraction <= terminate <= 1
+            or not 0 <= terminate <= 1
         ):
             raise ValueError(
-                "memory_terminate_fraction must be a number from the pause fraction "
-                f"({self.memory_pause_fraction}) to 1, got {terminate!r}."
+                "memory_terminate_fraction must be a number > 0 and <= 1, or 0 (never), got "
+                f"{terminate!r}."
             )
         object.__setattr__(self, "memory_terminate_fraction", float(terminate))
 

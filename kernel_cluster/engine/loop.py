@@ -74,8 +74,8 @@ class _EngineLoop(asyncio.SelectorEventLoop):
 
 
 class CallbackThread:
-    """Runs user callbacks one after the other on a thread of its own, started with
-    the first and ended by ``stop``.
+    """Runs user callbacks one after the other on a thread of its own, from ``start``
+    until ``stop``.
 
     A callback that sleeps for a minute delays the callbacks after it, never the
     engine: on the loop it would stop the heartbeats from being read, and the
@@ -89,15 +89,18 @@ class CallbackThread:
         self._thread: threading.Thread | None = None
         self._stopping = False
 
+    def start(self) -> None:
+        with self._wake:
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
     def submit(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` on the callback thread, after those submitted before it."""
         with self._wake:
             if self._stopping:
                 return  # closing: nobody is left to be told
             self._queue.append(fn)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
             self._wake.notify()
 
     def _run(self) -> None:
@@ -128,6 +131,7 @@ class LoopThread:
         self.loop = _EngineLoop()
         # user callbacks (futures' done-callbacks) run here, never on the loop
         self.callbacks = CallbackThread(f"{name}-callbacks")
+        self.callbacks.start()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()

@@ -206,7 +206,8 @@ class Nanny:
                 except psutil.Error:
                     continue
                 wp.peak = max(wp.peak, rss)
-                if rss > config.memory_terminate_fraction * config.memory_limit:
+                fraction = config.memory_terminate_fraction
+                if fraction and rss > fraction * config.memory_limit:
                     self._end_for_memory(wp, rss)
             await asyncio.sleep(interval)
 

@@ -134,7 +134,8 @@ def test_the_terminate_fraction_is_a_checked_setting() -> None:
     from kernel_cluster.engine.config import WorkerConfig
 
     assert WorkerConfig().memory_terminate_fraction == 0.95
-    for bad in (0.5, 1.5, "0.9", True):  # under the pause fraction (0.8), over 1, ...
+    assert WorkerConfig(memory_terminate_fraction=0).memory_terminate_fraction == 0  # never
+    for bad in (-0.1, 1.5, float("nan"), "0.9", True):
         with pytest.raises(ValueError, match="memory_terminate_fraction"):
             WorkerConfig(memory_terminate_fraction=bad)
     config = WorkerConfig(memory_terminate_fraction=0.9)
