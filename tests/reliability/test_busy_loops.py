@@ -273,3 +273,41 @@ def test_a_worker_whose_loop_stays_blocked_is_replaced() -> None:
             "the stuck worker to be replaced",
         )
         assert client.submit(inc, 1).result(timeout=30) == 2
+
+
+def ones(nbytes: int):  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    return np.ones(nbytes // 8)
+
+
+def total(a) -> float:  # type: ignore[no-untyped-def]
+    return float(a[:10].sum()) + a.size
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_large_transfer_beside_cpu_hogs_keeps_the_receiver() -> None:
+    """1.5 GB from one worker process to another with four CPU hogs on the machine.
+
+    Before: the receiver decompressed the value in one lz4 block, which holds the GIL
+    while it copies (10 s and more on a busy machine): no heartbeat, no pulse, and it
+    was killed (2 runs in 3), the value computed again, and so on. Now it arrives in
+    chunks, and the receiver stays, with the default timeouts.
+    """
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        with (
+            KernelCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
+            Client(cluster) as client,
+        ):
+            pids = cluster.worker_pids()
+            sender, receiver = sorted(pids)
+            value = client.submit(ones, 1536 << 20, workers=[sender])
+            result = client.submit(total, value, workers=[receiver])
+            assert result.result(timeout=800) == 10 + (1536 << 20) // 8
+            assert cluster.worker_pids() == pids
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
