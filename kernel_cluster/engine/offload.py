@@ -76,17 +76,27 @@ class _Batch:
 
     def run(self) -> None:
         """On the offload thread."""
-        for i in range(self.start, len(self.items)):
+        try:
+            self._run()
+        finally:
+            # nothing of the work outlives it here: ``fn`` may hold what it read (a
+            # reply's values), which must go when their owner lets go of them
+            self.fn = self.items = self.context = None  # type: ignore[assignment]
+
+    def _run(self) -> None:
+        fn, items, context = self.fn, self.items, self.context
+        for i in range(self.start, len(items)):
             if self.abandoned:
                 return
             self.position = (i, time.monotonic())
             try:
-                result: tuple[bool, Any] = (True, self.context.run(self.fn, self.items[i]))
+                result: tuple[bool, Any] = (True, context.run(fn, items[i]))
             except Exception as exc:
                 result = (False, exc)
             if self.abandoned:  # given up meanwhile: a fresh thread has the rest
                 return
             self.results[i] = result
+            del result
         self.loop.call_soon_threadsafe(self.done.set)
 
 
@@ -123,6 +133,7 @@ class _Thread:
                     return
                 batch = self._batches.popleft()
             batch.run()
+            del batch  # not kept while waiting for the next one
 
 
 class Offloader:
@@ -163,15 +174,16 @@ class Offloader:
         if inline is not None and all(inline(item) for item in items):
             return run_here(fn, items)
         loop = asyncio.get_running_loop()
-        results: list[tuple[bool, Any] | None] = [None] * len(items)
+        n = len(items)
+        results: list[tuple[bool, Any] | None] = [None] * n
         start = 0
-        while start < len(items):
+        while start < n:
             batch = _Batch(fn, items, start, results, loop)
             self._current().submit(batch)
-            start = await self._await(batch)
+            start = await self._await(batch, n)
         return results  # type: ignore[return-value]  # every slot is filled by now
 
-    async def _await(self, batch: _Batch) -> int:
+    async def _await(self, batch: _Batch, n: int) -> int:
         """Wait for ``batch``; the index to go on from (past the end when it is done)."""
         while not batch.done.is_set():
             position = batch.position
@@ -188,7 +200,7 @@ class Offloader:
             batch.results[position[0]] = (False, TimeoutError(self.limit))
             self._give_up_thread()
             return position[0] + 1
-        return len(batch.items)
+        return n
 
     def _give_up_thread(self) -> None:
         thread, self._thread = self._thread, None

@@ -8,7 +8,9 @@ the test controls, so no verdict depends on how fast the machine is.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -159,3 +161,22 @@ def test_a_large_compressible_buffer_travels_in_chunks_and_comes_back_exact() ->
     eager = loads(dumps({"v": value}))["v"]
     assert (eager == value).all()
     eager[0] = 1  # writable, as received buffers are
+
+
+class _Value:
+    pass
+
+
+def test_the_offload_thread_keeps_nothing_of_the_work_it_did() -> None:
+    """A reply's values must go when their owner lets go of them: the thread, waiting
+    for its next batch, held the last one (and a worker stayed over its memory limit)."""
+    offloader = Offloader("test-offload", limit=30)
+    value = _Value()
+    ref = weakref.ref(value)
+    try:
+        assert run(offloader.map(lambda _, v=value: v is not None, [0])) == [(True, True)]
+        del value
+        gc.collect()
+        assert ref() is None
+    finally:
+        offloader.close()
