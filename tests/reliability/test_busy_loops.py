@@ -147,6 +147,20 @@ def test_a_result_slow_to_unpickle_in_the_kernel_stalls_nothing(quick, tmp_path)
     assert_workers_kept(cluster, pids)
 
 
+def test_the_scheduler_does_not_count_its_own_stall_against_the_workers(quick) -> None:
+    """Without the nanny's word for them (a worker it did not start has none), workers
+    are judged by their heartbeats alone: those sent while the scheduler's loop was
+    stalled wait unread in its sockets, and the stall is not their silence."""
+    cluster, client = quick
+    pids = cluster.worker_pids()
+    assert cluster.server is not None
+    server = cluster.server
+    on_loop(cluster, lambda: setattr(server, "vouch", None))
+    on_loop(cluster, time.sleep, STALL)  # the stall under test, on the scheduler's loop
+    assert_workers_kept(cluster, pids)
+    assert client.submit(inc, 1).result(timeout=30) == 2
+
+
 KERNEL_STOPPED = textwrap.dedent(
     """
     import json, os, sys, time
