@@ -6,6 +6,7 @@ from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
 from .diagnostics.attach import attach
 from .diagnostics.pages.report import performance_report
+from .diagnostics.queries.task_stream import get_task_stream
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.config import WorkerConfig
@@ -80,6 +81,7 @@ __all__ = [
     "context_meter",
     "get_annotations",
     "get_client",
+    "get_task_stream",
     "get_sync",
     "performance_report",
     "progress",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import numbers
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -83,6 +82,18 @@ def _default(client_id: str) -> KernelCluster:
         return _default_cluster
 
 
+def _own_cluster(kwargs: dict[str, Any]) -> KernelCluster:
+    """``Client(n_workers=2, processes=True, ...)``: a KernelCluster made from those
+    keywords, for that client alone (a bad keyword is KernelCluster's TypeError)."""
+    if "address" in kwargs or "scheduler_file" in kwargs:
+        raise TypeError(
+            "kernel_cluster.Client() starts its own cluster and connects to no address; "
+            "for a Dask scheduler use distributed.Client(address) (and "
+            "kernel_cluster.attach(it) for the views)."
+        )
+    return KernelCluster(**kwargs)
+
+
 def _leave_default(cluster: KernelCluster, client_id: str) -> None:
     """``client_id`` no longer uses the default ``cluster``: close it if it was the last."""
     global _default_cluster
@@ -124,11 +135,25 @@ class Client:
         *,
         set_as_default: bool = True,
         code_frames: int = 1,
+        **cluster_kwargs: Any,
     ):
-        """``code_frames``: how many frames of your code each span remembers (0: none)."""
+        """``code_frames``: how many frames of your code each span remembers (0: none).
+
+        ``cluster_kwargs`` (``n_workers``, ``threads_per_worker``, ``processes``,
+        ``memory_limit`` and the other ``KernelCluster`` keywords), as
+        ``distributed.Client(processes=True, n_workers=2)`` takes them: a cluster of
+        this client's own, made from them and closed with it."""
         global _current_client
         self.id = f"Client-{uuid.uuid4().hex[:12]}"
-        if cluster is None:
+        if cluster_kwargs:
+            if cluster is not None:
+                raise TypeError(
+                    f"Client() got a cluster and cluster keywords ({', '.join(cluster_kwargs)})"
+                    "; give the keywords to KernelCluster(...) instead, or leave the "
+                    "cluster out to have Client make one from them."
+                )
+            cluster, owned = _own_cluster(cluster_kwargs), True
+        elif cluster is None:
             cluster, owned = _default(self.id), True
         elif isinstance(cluster, KernelCluster):
             owned = False
@@ -354,6 +379,7 @@ class Client:
                 ann = {**(ann or {}), "tasks": graph.annotations}
             if graph.ignored:
                 dask_graphs.warn_ignored(graph.ignored)
+            dask_graphs.warn_lost_spans(graph)
         deps = {k: s.dependencies for k, s in specs.items()}
         payloads: dict = specs
         if self._pickle_tasks:
@@ -560,34 +586,30 @@ class Client:
         self._check_running()
         self._loop.run(self._scheduler.unregister_plugin, name)
 
-    def get_task_stream(self) -> Any:
-        """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of
-        exactly the tasks that ran inside the block."""
-        from ..diagnostics.queries.task_stream import TaskStreamRecorder
+    def get_task_stream(
+        self,
+        start: Any = None,
+        stop: Any = None,
+        count: int | None = None,
+        plot: Any = False,
+        filename: str = "task-stream.html",
+    ) -> Any:
+        """The task stream records (dicts) of tasks that ended between ``start`` and
+        ``stop`` (timestamps, or durations ago such as ``"10s"``; default: all kept),
+        the last ``count`` of them, as distributed's ``Client.get_task_stream``.
+        ``plot=True``: ``(records, page)``, our task-stream view of them (shown inline
+        in a notebook); ``plot="save"`` writes it to ``filename`` too. For the tasks of
+        one block: ``with kernel_cluster.get_task_stream(client) as ts:``."""
+        from ..diagnostics.queries.task_stream import task_stream_records
 
         self._check_running()
-        return TaskStreamRecorder(self.diagnostics)
+        return task_stream_records(self.diagnostics, start, stop, count, plot, filename)
 
     def task_stream(
         self, start: Any = None, stop: Any = None, count: int | None = None
     ) -> list[dict[str, Any]]:
-        """Task stream records of tasks that ended between ``start`` and ``stop``
-        (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them,
-        as dicts (``diagnostics.snapshots.TaskStreamRecord.as_dict``)."""
-        from ..diagnostics.queries.timewindow import resolve_window
-
-        if count is not None and (
-            isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0
-        ):
-            raise ValueError(
-                f"count={count!r}: give how many of the latest records to return, an int "
-                ">= 0 (0 or None: all of them)."
-            )
-        self._check_running()
-        source = self.diagnostics
-        start_t, stop_t = resolve_window(start, stop, source.now())
-        records = source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
-        return [r.as_dict() for r in records]
+        """``get_task_stream(start, stop, count)``: the name earlier versions used."""
+        return self.get_task_stream(start, stop, count)
 
     def profile(
         self,
@@ -656,6 +678,21 @@ class Client:
         pickled = self._loop.run(self._scheduler.run_on_workers, _PickledResult(fn), workers)
         return {address: cloudpickle.loads(data) for address, data in pickled.items()}
 
+    def run_on_scheduler(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn(*args, **kwargs)`` on the scheduler's event-loop thread and return
+        its result (awaited if it is a coroutine), with ``dask_scheduler=`` the
+        scheduler if ``fn`` takes that: ``dask_scheduler.extensions["spans"].spans``
+        are the spans. ``fn`` runs between the engine's steps: keep it short."""
+        self._check_running()
+        if not callable(fn):
+            raise TypeError(
+                f"run_on_scheduler() needs a callable first, got {type(fn).__name__} {fn!r}."
+            )
+        scheduler = self._scheduler
+        if _takes(fn, "dask_scheduler"):
+            kwargs = {**kwargs, "dask_scheduler": scheduler}
+        return self._loop.run(functools.partial(fn, *args, **kwargs))
+
     def restart(self) -> None:
         """Cancel every future on the cluster and replace every worker."""
         self._check_running()
@@ -716,6 +753,17 @@ class Client:
     def __repr__(self) -> str:
         info = self.cluster
         return f"<Client {self.id} {self.status}, cluster={info!r}>"
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` has a parameter called ``name``."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params
 
 
 class _PickledResult:

@@ -22,6 +22,7 @@ import cloudpickle
 from ..core.annotations import current_span
 from ..core.keys import Key
 from ..core.spec import Call, Ref, TaskSpec, holds_refs
+from ..diagnostics.spans import note_submission
 from ..engine.comm import SerializationError
 from .futures import Future
 
@@ -91,6 +92,7 @@ def placement(
     current = current_span.get()
     if current is not None:
         out["span"] = {"name": current[0], "ids": current[1]}
+        note_submission(current[1])
     if code_frames:
         out["code"] = user_code(code_frames)
     if workers is not None:

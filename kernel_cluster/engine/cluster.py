@@ -54,7 +54,8 @@ class KernelCluster:
     """A scheduler and ``n_workers`` workers, embedded in this process.
 
     One event-loop thread drives the scheduler and every worker's control;
-    each worker runs tasks on its own pool of ``threads_per_worker`` threads.
+    each worker runs tasks on its own pool of ``threads_per_worker`` threads (by
+    default the machine's cores divided among the workers, at least one each).
     """
 
     def __init__(
@@ -347,8 +348,8 @@ def _worker_config(
         raise TypeError(f"KernelCluster() got an unexpected keyword argument {name!r}; {hint}.")
     changes: dict[str, Any] = dict(settings)
     if threads_per_worker is not None or base is None:
-        if threads_per_worker is None:
-            threads_per_worker = os.cpu_count() or 1
+        if threads_per_worker is None:  # the cores shared out, none oversubscribed
+            threads_per_worker = max(1, available_cores() // max(1, n_workers))
         if (
             isinstance(threads_per_worker, bool)
             or not isinstance(threads_per_worker, int)
@@ -363,6 +364,14 @@ def _worker_config(
     # per-worker settings of a given config are the cluster's to set
     changes.update({name: WorkerConfig.__dataclass_fields__[name].default for name in PER_WORKER})
     return (base or WorkerConfig()).replace(**changes)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @atexit.register

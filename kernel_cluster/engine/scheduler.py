@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -36,6 +37,7 @@ from ..core.scheduler_messages import (
     WorkerRemoved,
 )
 from ..core.scheduler_state import SchedulerState
+from ..core.recent_minimum import RecentMinimum
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from ..core.worker_messages import (
@@ -80,7 +82,8 @@ class Scheduler:
         task_stream_length: int = 100_000,
         clock: Callable[[], float] = time.time,
     ):
-        self.spans = SpanTree(now=clock)
+        # default span ids unique to this scheduler: runs stored side by side never mix
+        self.spans = SpanTree(now=clock, token=uuid.uuid4().hex[:12])
         self.extensions = {"spans": self.spans}  # where the seed finds them
         self.state = SchedulerState(
             worker_saturation=worker_saturation,
@@ -109,6 +112,8 @@ class Scheduler:
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+        # unmanaged memory over the last 30 s (Dask's distributed.memory.recent-to-old-time)
+        self.unmanaged_window = RecentMinimum(30.0)
 
     # -- plugins -----------------------------------------------------------------------
 
@@ -374,6 +379,8 @@ class Scheduler:
         info["managed"] = msg.managed
         info["spilled"] = msg.spilled
         info["executing"] = msg.executing
+        process, managed, _ = self.memory_totals()
+        self.unmanaged_window.add(self.clock(), max(0, process - managed))
         metrics = msg.metrics
         if metrics:
             self.add_worker_metrics(metrics)
@@ -384,6 +391,25 @@ class Scheduler:
         if channel is not None:
             # the worker halves the round trip to learn how far its clock is from ours
             channel.send([HeartbeatReply(msg.sent, self.clock())])
+
+    def memory_totals(self) -> tuple[int, int, int]:
+        """The cluster's memory as the last heartbeats told it: process memory (each
+        process once: embedded workers share the kernel's), managed and spilled bytes."""
+        rss_by_pid: dict[object, int] = {}
+        managed = spilled = 0
+        for address, info in self.worker_info.items():
+            rss_by_pid[info.get("pid") or address] = int(info.get("memory", 0))
+            managed += int(info.get("managed", 0))
+            spilled += int(info.get("spilled", 0))
+        return sum(rss_by_pid.values()), managed, spilled
+
+    def unmanaged_old(self) -> int:
+        """The least unmanaged memory of the last ``unmanaged_window.window`` seconds
+        of heartbeats (Dask's ``unmanaged_old``): the part that is not a passing spike."""
+        process, managed, _ = self.memory_totals()
+        now_unmanaged = max(0, process - managed)
+        oldest = self.unmanaged_window.minimum(self.clock())
+        return now_unmanaged if oldest is None else int(min(oldest, now_unmanaged))
 
     async def refresh_metrics(self, timeout: float = 2.0) -> None:
         """Ask every worker for a heartbeat now, so the metrics include the last moment.

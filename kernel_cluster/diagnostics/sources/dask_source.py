@@ -306,12 +306,14 @@ class DaskSource:
         )
 
     def memory(self) -> MemorySnapshot:
-        process, managed, spilled = cast(tuple[int, int, int], self._read("memory"))
+        reply = cast(tuple[int, ...], self._read("memory"))
+        process, managed, spilled = reply[:3]
         return MemorySnapshot(
             process_bytes=process,
             managed_bytes=managed,
             unmanaged_bytes=max(0, process - managed),
             spilled_bytes=spilled,
+            unmanaged_old_bytes=reply[3] if len(reply) > 3 else None,  # an older plugin
         )
 
     def task_stream_index(self) -> int:
