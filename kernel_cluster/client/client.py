@@ -458,6 +458,7 @@ class Client:
         ``dask.persist`` passes on) are ignored with a warning."""
         self._check_running()
         dask_graphs.refuse_options("persist", kwargs)
+        active_callbacks()  # dask's own callbacks see nothing here: warns if any are active
         many = isinstance(collections, (list, tuple))
         colls = list(collections) if many else [collections]
         for c in colls:

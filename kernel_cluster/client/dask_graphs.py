@@ -24,6 +24,7 @@ from typing import Any
 from ..core.dask_specs import is_dask_graph, node_specs
 from ..core.keys import Key
 from ..core.spec import GraphError, TaskSpec, check_acyclic
+from ..core.user_frames import user_stacklevel
 from ..diagnostics.spans import spans_lost_by
 from .futures import Future
 
@@ -272,24 +273,6 @@ def warn_lost_spans(graph: DaskGraph) -> None:
         UserWarning,
         stacklevel=user_stacklevel(),
     )
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first caller outside this package
-    and dask (so it names the user's line, however deep the call came from)."""
-    import os
-
-    frame = sys._getframe(1)
-    level = 1
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    while frame is not None:
-        name = frame.f_code.co_filename
-        inside = name.startswith(package) or f"{os.sep}dask{os.sep}" in name
-        if not inside and "contextlib" not in name:
-            return level
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return 1
 
 
 def warn_ignored(names: frozenset[str]) -> None:

@@ -96,10 +96,16 @@ class ContextMeter:
         wall: Callable[[], float],
         cpu: Callable[[], float],
         pickle_as: Callable[[], ContextMeter] | None = None,
+        elsewhere: Callable[[], Any] | None = None,
     ):
+        """``elsewhere``: where metrics go when nobody here listens, or None: a function
+        returning another engine's meter (with ``meter`` and ``digest_metric``, as
+        Dask's ``distributed.metrics.context_meter``) while that one listens; task
+        code run by a Dask worker then records into Dask's metrics."""
         self.wall = wall
         self.cpu = cpu
         self._pickle_as = pickle_as
+        self._elsewhere = elsewhere
         self._callbacks: ContextVar[tuple[Callback, ...]] = ContextVar(
             "kernel_cluster_metric_callbacks", default=()
         )
@@ -150,6 +156,9 @@ class ContextMeter:
         """Report ``value`` in ``unit`` under ``label``; a no-op where nobody listens."""
         callbacks = self._callbacks.get()
         if not callbacks:
+            other = self._elsewhere() if self._elsewhere is not None else None
+            if other is not None:
+                other.digest_metric(label, value, unit)
             return
         check_metric(label, value, unit)
         for cb in callbacks:
@@ -236,8 +245,13 @@ class Meter:
     def __enter__(self) -> MeterOutput:
         m = self.context
         func = self.func or m.wall
-        if not m._callbacks.get():  # nobody listens: the numbers for ``as m`` only
-            out = MeterOutput(func())
+        if not m._callbacks.get():  # nobody listens here
+            other = m._elsewhere() if m._elsewhere is not None else None
+            if other is not None:  # another engine's task (Dask's): its meter measures
+                manager = other.meter(self.label, self.unit, func, self.floor)
+                self._state = (manager, None, None, 0.0, 0.0, None, False)
+                return manager.__enter__()  # type: ignore[no-any-return]
+            out = MeterOutput(func())  # the numbers for ``as m`` only
             self._state = (None, None, None, 0.0, 0.0, out, False)
             return out
         hash(self.label)  # fail here, inside the task, rather than later on the worker
@@ -261,6 +275,9 @@ class Meter:
         m = self.context
         floor = self.floor
         if not listened:
+            if parent is not None:  # the other engine's meter
+                parent.__exit__(*exc)
+                return
             out.stop = (self.func or m.wall)()
             delta = out.stop - out.start
             out.delta = delta if floor is False else max(floor, delta)

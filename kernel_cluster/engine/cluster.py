@@ -16,6 +16,7 @@ from typing import Any, TypedDict, Unpack
 
 from .comm import new_secret, write_secret_file
 from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
+from .dask_config import PROFILE_CYCLE, PROFILE_INTERVAL, WORKER_SATURATION, dask_setting
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
@@ -65,7 +66,7 @@ class KernelCluster:
         processes: bool = False,
         memory_limit: int | float | str | None = "auto",
         *,
-        worker_saturation: float = 1.5,
+        worker_saturation: float | None = None,
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         death_timeout: float = 10.0,
@@ -80,10 +81,25 @@ class KernelCluster:
         some of them, as do ``threads_per_worker`` and ``memory_limit`` unless left at
         None and "auto". With ``local_directory``, the cluster's directory (workers'
         spill files, the token) is made in it rather than in the system's temporary
-        directory.
+        directory. ``worker_saturation`` (default 1.5), ``profile_interval`` and
+        ``profile_cycle_interval`` left out take dask.config's
+        ``distributed.scheduler.worker-saturation`` and
+        ``distributed.worker.profile.interval`` / ``.cycle`` where the user set them
+        (``engine/dask_config.py`` has the precedence).
         """
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
+        if worker_config is None:  # dask.config's profiling settings, unless keywords say
+            for name, key in (
+                ("profile_interval", PROFILE_INTERVAL),
+                ("profile_cycle_interval", PROFILE_CYCLE),
+            ):
+                if name not in settings:
+                    value = dask_setting(key)
+                    if value is not None:
+                        settings[name] = value  # type: ignore[literal-required]
+        if worker_saturation is None:
+            worker_saturation = dask_setting(WORKER_SATURATION) or 1.5
         self.worker_config = _worker_config(
             n_workers, threads_per_worker, memory_limit, worker_config, settings
         )
