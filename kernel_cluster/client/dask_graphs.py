@@ -39,9 +39,7 @@ __all__ = [
 ]
 
 # what dask.annotate(...) may say that this engine acts on; the rest is ignored
-HONOURED_ANNOTATIONS = frozenset(
-    {"workers", "allow_other_workers", "priority", "retries", "span"}
-)
+HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority", "retries", "span"})
 
 
 @dataclass

@@ -186,9 +186,7 @@ class ContextMeter:
         no floor). ``with ... as m`` gives a ``MeterOutput`` (``m.start`` at once,
         ``m.stop`` and ``m.delta`` once the block ends). Usable as a decorator too.
         """
-        if floor is not False and (
-            isinstance(floor, bool) or not isinstance(floor, int | float)
-        ):
+        if floor is not False and (isinstance(floor, bool) or not isinstance(floor, int | float)):
             raise TypeError(f"floor={floor!r}: give a number, or False for no floor.")
         if func is not None and not callable(func):
             raise TypeError(
@@ -297,7 +295,13 @@ class Meter:
         m.digest_metric(self.label, out.delta, self.unit)
 
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        context, label, unit, clock, floor = self.context, self.label, self.unit, self.func, self.floor
+        context, label, unit, clock, floor = (
+            self.context,
+            self.label,
+            self.unit,
+            self.func,
+            self.floor,
+        )
 
         @functools.wraps(func)
         def metered(*args: Any, **kwargs: Any) -> Any:

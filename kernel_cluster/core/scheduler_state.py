@@ -267,9 +267,7 @@ class SchedulerState:
         if workers:
             ts.worker_restrictions = frozenset(workers)
             ts.loose_restrictions = bool(own.get("allow_other_workers", False))
-        rest = {
-            k: v for k, v in own.items() if k not in ("workers", "allow_other_workers", "span")
-        }
+        rest = {k: v for k, v in own.items() if k not in ("workers", "allow_other_workers", "span")}
         if rest:
             ts.annotations = {**(ts.annotations or {}), **rest}
 

@@ -16,9 +16,9 @@ spans are kept as they are; older ones fold, oldest first, into one span named
 ``("default",)`` with id ``"default-folded"``. A default span's id is
 ``default-<token>-<n>``: ``token`` is the tree's own (the scheduler passes a random
 one), so that the ids of two clusters, or of two kernels' runs kept side by side,
-never collide; ``n`` counts the tree's default spans, oldest first. Folding loses nothing: the fold's
-metrics, task counts, durations, bytes and thread-seconds are the sums of the
-spans folded into it (its ``folded`` says how many), so totals over all spans do
+never collide; ``n`` counts the tree's default spans, oldest first. Folding loses
+nothing: the fold's metrics, task counts, durations, bytes and thread-seconds are
+the sums of the spans folded into it (its ``folded`` says how many), so totals over all spans do
 not change; only the folded spans' separate rows are gone. Metrics that arrive
 for a span after it folded go to the fold. The owner of metrics keyed by span id
 (the scheduler's) hands that dict over as ``keyed_metrics`` to have it re-keyed too.

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from ..core.keys import Key
 from ..core.metrics import add_metrics
+from ..core.recent_minimum import RecentMinimum
 from ..core.scheduler_messages import (
     CancelledTasksEnded,
     ClientAdded,
@@ -37,7 +38,6 @@ from ..core.scheduler_messages import (
     WorkerRemoved,
 )
 from ..core.scheduler_state import SchedulerState
-from ..core.recent_minimum import RecentMinimum
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from ..core.worker_messages import (

@@ -3,9 +3,8 @@ context manager, and their records.
 
 As in distributed: ``client.get_task_stream(start=, stop=, count=)`` returns the
 records of tasks that ended in a window; ``with get_task_stream() as ts:`` collects,
-in ``ts.data``, exactly the records of the tasks that ran inside the block. Either
-with ``plot=True`` also gives our task-stream view of them (``plot="save"`` writes
-it to ``filename``).
+in ``ts.data``, exactly the records of the tasks that ran inside the block. The
+views of them (``plot=``) are pages/task_stream_page.py's.
 """
 
 from __future__ import annotations
@@ -14,28 +13,11 @@ import numbers
 import warnings
 from typing import Any
 
-from ..attach import source_of
-from ..source import Diagnosable, DiagnosticsSource
 from ..snapshots import TaskStreamRecord
+from ..source import DiagnosticsSource
 from .timewindow import resolve_window
 
-__all__ = ["TaskStreamRecorder", "TaskStreamRecords", "get_task_stream", "task_stream_records"]
-
-
-def check_plot(plot: Any, filename: Any) -> None:
-    if plot not in (False, True, "save"):
-        raise ValueError(f"plot={plot!r}: use False, True or 'save' (with filename=...).")
-    if plot == "save" and not filename:
-        raise ValueError("plot='save' needs a filename, e.g. filename='task-stream.html'.")
-
-
-def _page(records: list[TaskStreamRecord], plot: Any, filename: Any) -> Any:
-    from ..pages.task_stream_page import TaskStreamPage
-
-    page = TaskStreamPage(records)
-    if plot == "save":
-        page.save(filename)
-    return page
+__all__ = ["TaskStreamRecorder", "TaskStreamRecords", "task_stream_records"]
 
 
 def task_stream_records(
@@ -43,13 +25,10 @@ def task_stream_records(
     start: Any = None,
     stop: Any = None,
     count: int | None = None,
-    plot: Any = False,
-    filename: str = "task-stream.html",
-) -> Any:
+) -> TaskStreamRecords:
     """What ``client.get_task_stream`` returns: the records (dicts, as
     ``TaskStreamRecord.as_dict``) of tasks that ended between ``start`` and ``stop``
-    (timestamps, or durations ago such as ``"10s"``), the last ``count`` of them;
-    with ``plot``, ``(records, page)``."""
+    (timestamps, or durations ago such as ``"10s"``), the last ``count`` of them."""
     if count is not None and (
         isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0
     ):
@@ -57,36 +36,26 @@ def task_stream_records(
             f"count={count!r}: give how many of the latest records to return, an int "
             ">= 0 (0 or None: all of them)."
         )
-    check_plot(plot, filename)
     start_t, stop_t = resolve_window(start, stop, source.now())
     records = source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
     out = TaskStreamRecords(r.as_dict() for r in records)
     out._source = source
-    if plot:
-        return out, _page(records, plot, filename)
+    out.snapshots = records
     return out
 
 
 class TaskStreamRecorder:
-    """``with get_task_stream() as ts: ...`` then ``ts.data`` (and, with ``plot``,
-    ``ts.figure``: our task-stream view of those records).
+    """``with get_task_stream() as ts: ...`` then ``ts.data``.
 
     Remembers where the stream stood on entry and collects, on exit, exactly the
-    records made in between, as dicts (``TaskStreamRecord.as_dict``).
+    records made in between, as dicts (``TaskStreamRecord.as_dict``; ``snapshots``:
+    as they came).
     """
 
-    def __init__(
-        self,
-        source: DiagnosticsSource,
-        plot: Any = False,
-        filename: str = "task-stream.html",
-    ):
-        check_plot(plot, filename)
+    def __init__(self, source: DiagnosticsSource):
         self.source = source
-        self.plot = plot
-        self.filename = filename
         self.data: list[dict[str, Any]] = []
-        self.figure: Any = None
+        self.snapshots: list[TaskStreamRecord] = []
         self._start = 0
 
     def __enter__(self) -> TaskStreamRecorder:
@@ -94,24 +63,12 @@ class TaskStreamRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        records = self.source.task_stream_since(self._start)
-        self.data = [r.as_dict() for r in records]
-        if self.plot:
-            self.figure = _page(records, self.plot, self.filename)
+        self.snapshots = self.source.task_stream_since(self._start)
+        self.data = [r.as_dict() for r in self.snapshots]
 
     def to_pandas(self) -> Any:
         """One row per task, with its compute start and stop."""
         return _frame(self.data)
-
-
-def get_task_stream(
-    client: Diagnosable | None = None, plot: Any = False, filename: str = "task-stream.html"
-) -> TaskStreamRecorder:
-    """``with get_task_stream() as ts:``, then ``ts.data``: the records of exactly the
-    tasks that ran inside the block, on ``client``'s cluster (default: the current
-    one). ``plot=True`` also makes ``ts.figure``, our task-stream view of them;
-    ``plot="save"`` writes it to ``filename`` too."""
-    return TaskStreamRecorder(source_of(client), plot, filename)
 
 
 class TaskStreamRecords(list[dict[str, Any]]):
@@ -122,6 +79,7 @@ class TaskStreamRecords(list[dict[str, Any]]):
 
     _source: DiagnosticsSource | None = None
     _recorder: TaskStreamRecorder | None = None
+    snapshots: list[TaskStreamRecord] = []  # the records as they came, for a page
 
     def __enter__(self) -> TaskStreamRecorder:
         warnings.warn(
