@@ -23,6 +23,7 @@ from ..engine.cluster import KernelCluster
 from ..engine.comm import SerializationError
 from ..engine.plugins import check_plugin
 from ..engine.pool import in_task_thread
+from .asynchronous import Asynchronous
 from .call_keys import funcname
 from .default import join_default, leave_default, own_cluster
 from .futures import run_callback
@@ -56,10 +57,18 @@ class Client(Submission, Results, Views):
     is open: the last one to close stops it. A cluster you made is yours to close.
     """
 
+    def __new__(cls, *args: Any, asynchronous: bool = False, **kwargs: Any) -> Client:
+        # Client(asynchronous=True) is an AsyncClient: the same client whose waiting
+        # methods return awaitables (asynchronous.py)
+        if asynchronous and not issubclass(cls, Asynchronous):
+            cls = AsyncClient
+        return super().__new__(cls)
+
     def __init__(
         self,
         cluster: KernelCluster | None = None,
         *,
+        asynchronous: bool = False,
         set_as_default: bool = True,
         code_frames: int = 1,
         **cluster_kwargs: Any,
@@ -69,8 +78,13 @@ class Client(Submission, Results, Views):
         ``cluster_kwargs`` (``n_workers``, ``threads_per_worker``, ``processes``,
         ``memory_limit`` and the other ``KernelCluster`` keywords), as
         ``distributed.Client(processes=True, n_workers=2)`` takes them: a cluster of
-        this client's own, made from them and closed with it."""
-        global _current_client
+        this client's own, made from them and closed with it.
+
+        ``asynchronous=True``: for a running event loop (a notebook's, ``asyncio.run``):
+        ``client = await Client(asynchronous=True)`` or ``async with Client(...) as
+        client:`` starts it without blocking the loop, and its waiting methods
+        (``gather``, ``result``, ``scheduler_info``, ``run``, ``close``, ...) return
+        awaitables (``kernel_cluster.client.asynchronous``)."""
         client_id = f"Client-{uuid.uuid4().hex[:12]}"
         if cluster_kwargs:
             if cluster is not None:
@@ -79,22 +93,38 @@ class Client(Submission, Results, Views):
                     "; give the keywords to KernelCluster(...) instead, or leave the "
                     "cluster out to have Client make one from them."
                 )
-            cluster, owned = own_cluster(cluster_kwargs), True
-        elif cluster is None:
-            cluster, owned = join_default(client_id), True
-        elif isinstance(cluster, KernelCluster):
-            owned = False
+        elif cluster is not None:
+            if not isinstance(cluster, KernelCluster):
+                raise TypeError(
+                    f"Client() takes a KernelCluster or nothing, got {type(cluster).__name__}."
+                )
             if cluster.status != "running":
                 raise ValueError(f"{cluster!r} is not running; create a new KernelCluster.")
+        self.id = client_id
+        self._start_args = (cluster, cluster_kwargs, set_as_default, code_frames)
+        if asynchronous:
+            self.status = "newly-created"  # started by ``await client`` (Asynchronous)
+            return
+        self._start()
+
+    def _start(self) -> None:
+        """Join (or make) the cluster and register with its scheduler: blocking (a
+        cluster of worker processes takes seconds), so an asynchronous client runs it
+        in a thread."""
+        global _current_client
+        cluster, cluster_kwargs, set_as_default, code_frames = self._start_args
+        if cluster_kwargs:
+            cluster, owned = own_cluster(cluster_kwargs), True
+        elif cluster is None:
+            cluster, owned = join_default(self.id), True
         else:
-            raise TypeError(
-                f"Client() takes a KernelCluster or nothing, got {type(cluster).__name__}."
-            )
-        super().__init__(client_id, cluster, code_frames)
+            owned = False
+        super().__init__(self.id, cluster, code_frames)
         self._owns_cluster = owned  # the default cluster, shared with other Client()s
         try:
             self._loop.run(self._scheduler.add_client, self.id, self._futures.apply_reports)
         except BaseException:
+            self.status = "closed"
             if owned:  # not a user of the default cluster after all
                 leave_default(cluster, self.id)
             raise
@@ -158,6 +188,8 @@ class Client(Submission, Results, Views):
 
     def close(self) -> None:
         global _current_client
+        if self.status == "newly-created":  # an asynchronous client never awaited
+            self.status = "closed"
         if self.status == "closed":
             return
         with self._lock:
@@ -210,6 +242,11 @@ def _takes(fn: Callable[..., Any], name: str) -> bool:
         return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+class AsyncClient(Asynchronous, Client):  # type: ignore[misc]  # close() is awaitable here
+    """What ``Client(asynchronous=True)`` makes: a Client for a running event loop
+    (see ``kernel_cluster.client.asynchronous``)."""
 
 
 class _PickledResult:

@@ -32,10 +32,6 @@ Workers = Iterable[str] | str | None
 class Submission(ClientBase):
     """The ways to submit work; the futures they return are results.Results' business."""
 
-    # dask.compute(x, scheduler=client) takes an object named like a Client with a
-    # ``get`` as a scheduler, if it is not asynchronous: this one never is
-    asynchronous = False
-
     def submit(
         self,
         fn: Callable[..., Any],
