@@ -1,0 +1,103 @@
+"""The seeds' examples where the views read a Dask cluster (``kernel_cluster.attach``):
+``kernel_cluster.context_meter`` inside a Dask task, and an asynchronous
+``distributed.Client`` handed to the views (``async with ms.sample(client=...)`` as
+the diagnosing-performance document shows it, and the widgets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+pytest.importorskip("distributed")
+pytest.importorskip("anywidget")
+
+import distributed
+
+from kernel_cluster import MemorySampler, context_meter
+from kernel_cluster.diagnostics.attach import source_of
+from kernel_cluster.diagnostics.source import WouldBlock
+from kernel_cluster.jupyter.widgets import FineMetrics
+from tests.engine.helpers import wait_for_async
+from tests.views.test_publisher import Browser
+
+NAP = 0.2
+
+
+def record_into_dask():
+    with context_meter.meter("I/O") as m:
+        time.sleep(NAP)
+    context_meter.digest_metric("S3 Infrequent Access", 123, "bytes")
+    return m.delta
+
+
+def test_on_a_dask_cluster_context_meter_records_into_dasks_metrics():
+    """Attached to a Dask cluster, ``kernel_cluster.context_meter`` in a task that a
+    Dask worker runs records into Dask's own metrics (it recorded nothing)."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=1, processes=False, dashboard_address=":0", threads_per_worker=1
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+    ):
+        assert dask_client.submit(record_into_dask, pure=False).result() >= NAP
+
+        def read(dask_scheduler):
+            return {
+                k: v
+                for k, v in dask_scheduler.cumulative_worker_metrics.items()
+                if isinstance(k, tuple) and k[0] == "execute" and k[1] == "record_into_dask"
+            }
+
+        deadline = time.monotonic() + 20
+        seen: dict = {}
+        while time.monotonic() < deadline:  # they arrive with the worker's heartbeats
+            seen = dask_client.run_on_scheduler(read)
+            if ("execute", "record_into_dask", "S3 Infrequent Access", "bytes") in seen:
+                break
+            time.sleep(0.05)
+    assert seen[("execute", "record_into_dask", "I/O", "seconds")] >= NAP
+    assert seen[("execute", "record_into_dask", "S3 Infrequent Access", "bytes")] == 123
+
+
+def dask_inc(x: int) -> int:
+    time.sleep(0.02)
+    return x + 1
+
+
+def test_views_accept_an_asynchronous_dask_client():
+    """``client = await Client(asynchronous=True)`` (distributed's) with
+    ``async with ms.sample("run 1", client=client)`` and a widget: they read the
+    cluster from their own threads while the loop runs; a read on the loop itself
+    says why it cannot be done there (it was a TypeError for any async client)."""
+
+    async def main() -> tuple[list, int, str]:
+        async with (
+            distributed.LocalCluster(
+                n_workers=1, processes=False, asynchronous=True, dashboard_address=":0"
+            ) as cluster,
+            distributed.Client(cluster, asynchronous=True) as client,
+        ):
+            ms = MemorySampler()
+            async with ms.sample("run 1", client=client, interval=0.05):
+                assert await client.gather(client.map(dask_inc, range(10))) == list(range(1, 11))
+            source = source_of(client)
+            with pytest.raises(WouldBlock, match="another thread"):
+                source.fine_metrics()
+            metrics = await asyncio.to_thread(source.fine_metrics)
+            widget = FineMetrics(client, interval=0.25)  # made on the loop: it reads later
+            browser = Browser()
+            widget.publisher._send = browser
+            try:
+                await wait_for_async(lambda: browser.messages, timeout=20, what="an update")
+            finally:
+                widget.close()
+            return ms.samples["run 1"], len(metrics), browser.messages[0][0]["type"]
+
+    samples, n_metrics, kind = asyncio.run(main())
+    assert len(samples) >= 2 and all(nbytes > 0 for _, nbytes in samples)
+    assert n_metrics > 0
+    assert kind == "update"
