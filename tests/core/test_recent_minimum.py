@@ -18,7 +18,7 @@ def test_the_least_value_within_the_window():
     w.add(10.0, 300)
     w.add(20.0, 800)  # a spike: not the old part
     assert w.minimum(20.0) == 300
-    assert w.minimum(40.0) == 800  # the 300 of t=10 is older than 30 s now
+    assert w.minimum(40.5) == 800  # the 300 of t=10 is older than 30 s now
     assert w.minimum(51.0) is None
 
 
