@@ -191,3 +191,34 @@ def test_dasks_own_diagnostics_around_our_computations_warn_naming_ours(client):
         assert all(f"dask's {name} is active" in m for m in messages), messages
         assert all(f"kernel_cluster.diagnostics.{ours}" in m for m in messages), messages
         assert all(w.filename == __file__ for w in seen)
+
+
+def test_the_five_callbacks_in_order_with_their_arguments(client):
+    """start(dsk), start_state(dsk, state), pretask(key, dsk, state),
+    posttask(key, result, dsk, state, id), finish(dsk, state, errored)."""
+    calls: list[tuple] = []
+
+    def start(dsk):
+        calls.append(("start", sorted(dsk)))
+
+    def start_state(dsk, state):
+        calls.append(("start_state", sorted(state["waiting"] | state["finished"])))
+
+    def pretask(key, dsk, state):
+        calls.append(("pretask", key))
+
+    def posttask(key, result, dsk, state, id):
+        calls.append(("posttask", key, isinstance(id, int)))
+
+    def finish(dsk, state, errored):
+        calls.append(("finish", errored, sorted(state["finished"])))
+
+    with Callback(start, start_state, pretask, posttask, finish):
+        assert client.get(dsk, "c") == 18
+    assert calls[0] == ("start", ["a", "b", "c"])
+    assert calls[1] == ("start_state", ["a", "b", "c"])
+    assert calls[-1] == ("finish", False, ["a", "b", "c"])
+    middle = calls[2:-1]
+    for key in "abc":
+        assert ("pretask", key) in middle and ("posttask", key, True) in middle
+        assert middle.index(("pretask", key)) < middle.index(("posttask", key, True))
