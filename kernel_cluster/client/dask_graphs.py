@@ -263,11 +263,11 @@ def warn_lost_spans(graph: DaskGraph) -> None:
     names = ", ".join(f"span({', '.join(map(repr, name))})" for name in lost)
     warnings.warn(
         f"The tasks of this computation carry no annotation of {names}, in which dask "
-        "collections were built and nothing computed: dask's optimisation dropped it "
-        "(dask-expr dataframes always do; arrays and delayed when tasks fuse, unless "
-        "dask.config.set({'optimization.fuse.active': False})), so they are filed under "
-        "the span open now, or the default one. To label them, compute inside the span: "
-        "`with span(...): result = x.compute()`.",
+        "collections were built and nothing computed: if it computes them, dask's "
+        "optimisation dropped the annotation (dask-expr dataframes always do; arrays and "
+        "delayed when tasks fuse, unless dask.config.set({'optimization.fuse.active': "
+        "False})), so they are filed under the span open now, or the default one. To "
+        "label them, compute inside the span: `with span(...): result = x.compute()`.",
         UserWarning,
         stacklevel=user_stacklevel(),
     )

@@ -108,13 +108,17 @@ def note_submission(ids: tuple[str, ...]) -> None:
 
 def spans_lost_by(annotated_ids: set[str]) -> list[tuple[str, ...]]:
     """The names of spans closed without submitting anything (collections were built
-    there, presumably) whose ids no task of a computation carries, given the span ids
-    its tasks do carry: the spans that computation lost. Each is named once; a span
-    whose tasks were found is forgotten too."""
+    there, presumably) that a computation may have lost, given the span ids its tasks
+    carry. Only a computation carrying no span annotation at all (dask-expr's, or one
+    whose tasks all fused) lost any: where some survive, the computation's collection
+    was built in those spans, and the others' collections are still to come. A span
+    whose tasks were found, or that was named, is forgotten."""
     lost = []
     for record in list(_built_only):
-        _built_only.remove(record)
-        if record.ids[-1] not in annotated_ids:
+        if record.ids[-1] in annotated_ids:
+            _built_only.remove(record)
+        elif not annotated_ids:
+            _built_only.remove(record)
             lost.append(record.name)
     # a parent whose children are named says nothing more
     names = set(lost)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import dask
 import dask.config
+import dask.array as da
 import dask.dataframe as dd
 import numpy as np
 import pytest
@@ -111,6 +113,29 @@ def test_the_main_example_with_a_dataframe_warns_naming_the_spans_and_the_fix(cl
     for step in STEPS:
         assert tree[(*WORKFLOW, step)]["tasks"] > 0, (step, tree)
         assert tree[(*WORKFLOW, step)]["thread-cpu"] > 0, (step, tree)
+
+
+def test_collections_built_in_two_spans_computed_one_by_one_warn_of_nothing(client):
+    """Two arrays built in two spans, each computed later: each keeps its span, so
+    neither compute may say a span was lost (the first named the second's span, whose
+    own compute then filled it)."""
+    with dask.config.set({"scheduler": client, "optimization.fuse.active": False}):
+        with span("first") as first:
+            x = (da.ones(1000, chunks=100) + 1).sum()
+        with span("second") as second:
+            y = (da.ones(1000, chunks=100) * 2).sum()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert x.compute() == 2000
+            assert y.compute() == 2000
+        ours = [str(w.message) for w in seen if "span(" in str(w.message)]
+        assert ours == []
+
+        def tasks(dask_scheduler, ids=(first, second)):
+            spans = dask_scheduler.extensions["spans"].spans
+            return [sum(spans[i].states.values()) for i in ids]
+
+        assert all(n >= 10 for n in client.run_on_scheduler(tasks))
 
 
 def test_parameterised_tags_keep_users_apart(client):
