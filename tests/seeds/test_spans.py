@@ -13,8 +13,8 @@ import time
 import warnings
 
 import dask
-import dask.config
 import dask.array as da
+import dask.config
 import dask.dataframe as dd
 import numpy as np
 import pytest
