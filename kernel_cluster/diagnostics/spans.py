@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from ..core.annotations import current_span, get_annotations
+from ..core.annotations import current_span
+from ..core.annotations import get_annotations as _own_annotations
 from . import attach as source
 from .snapshots import SpanInfo
 
@@ -135,6 +136,32 @@ def _annotating(
     import dask
 
     return dask.annotate(span={"name": name, "ids": ids})
+
+
+def get_annotations() -> dict[str, dict[str, tuple[str, ...]]]:
+    """``{"span": {"name": (...), "ids": (...)}}`` where a span is active, else ``{}``:
+    in client code, and inside a task of this engine or, when the views are attached
+    to a Dask cluster, of a Dask worker (whose span Dask keeps in dask's annotations),
+    so that the same task code reads its span on either engine."""
+    own = _own_annotations()
+    if own or "distributed.worker" not in sys.modules:
+        return own
+    return _dask_task_span()
+
+
+def _dask_task_span() -> dict[str, dict[str, tuple[str, ...]]]:
+    """The span of the Dask task running on this thread, if one is."""
+    import dask
+    from distributed import get_worker
+
+    try:
+        get_worker()  # only a Dask worker's task threads have one
+    except ValueError:
+        return {}
+    annotation = dask.get_annotations().get("span")
+    if not isinstance(annotation, dict) or "name" not in annotation or "ids" not in annotation:
+        return {}
+    return {"span": {"name": tuple(annotation["name"]), "ids": tuple(annotation["ids"])}}
 
 
 def _dask_client() -> object | None:

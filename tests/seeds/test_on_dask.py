@@ -16,7 +16,9 @@ pytest.importorskip("anywidget")
 
 import distributed
 
-from kernel_cluster import MemorySampler, context_meter
+import kernel_cluster
+from kernel_cluster import MemorySampler, context_meter, get_annotations, span
+from kernel_cluster.diagnostics import attach
 from kernel_cluster.diagnostics.attach import source_of
 from kernel_cluster.diagnostics.source import WouldBlock
 from kernel_cluster.jupyter.widgets import FineMetrics
@@ -61,6 +63,40 @@ def test_on_a_dask_cluster_context_meter_records_into_dasks_metrics():
             time.sleep(0.05)
     assert seen[("execute", "record_into_dask", "I/O", "seconds")] >= NAP
     assert seen[("execute", "record_into_dask", "S3 Infrequent Access", "bytes")] == 123
+
+
+@pytest.fixture
+def restore_default():
+    previous = attach._default_source
+    yield
+    attach.set_default_source(previous)
+
+
+def span_here() -> dict:
+    return get_annotations()
+
+
+def span_later() -> dict:  # another task group: Dask files a group under one span
+    return get_annotations()
+
+
+def test_on_a_dask_cluster_get_annotations_in_a_task_shows_its_span(restore_default):
+    """``kernel_cluster.get_annotations()`` inside a task, as README says to call it
+    there, shows the task's span on an attached Dask cluster too (it was empty: only
+    ``dask.get_annotations()`` knew it), so the same task code works on either engine."""
+    with (
+        distributed.LocalCluster(
+            n_workers=1, processes=False, dashboard_address=":0", threads_per_worker=1
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+    ):
+        kernel_cluster.attach(dask_client)
+        with span("my workflow") as span_id:
+            in_client = get_annotations()
+            in_task = dask_client.submit(span_here, pure=False).result()
+        outside = dask_client.submit(span_later, pure=False).result()
+    assert in_client == in_task == {"span": {"name": ("my workflow",), "ids": (span_id,)}}
+    assert "span" not in outside or outside["span"]["name"] == ("default",), outside
 
 
 def dask_inc(x: int) -> int:
