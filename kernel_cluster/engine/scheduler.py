@@ -39,7 +39,7 @@ from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from .code_sources import MAX_FILES
-from .plugins import PluginSet, SchedulerPlugin
+from .plugins import PluginSet, SchedulerPlugin, startstop_dicts
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
 from .wire import SCHEDULER_EVENTS, CodeSources, Heartbeat, HeartbeatNow, HeartbeatReply
@@ -148,9 +148,15 @@ class Scheduler:
             if ev is not None:
                 kw["stimulus_id"] = ev.stimulus_id
         key = ts.key
-        for plugin, transition in callers:
+        dicts: dict[str, Any] | None = None  # kw with Dask's startstops, made once
+        for plugin, transition, raw in callers:
             try:
-                transition(key, start, finish, **kw)
+                if raw or "startstops" not in kw:
+                    transition(key, start, finish, **kw)
+                else:
+                    if dicts is None:
+                        dicts = {**kw, "startstops": startstop_dicts(kw["startstops"])}
+                    transition(key, start, finish, **dicts)
             except Exception:
                 self.plugins.failed(plugin, "transition")
 

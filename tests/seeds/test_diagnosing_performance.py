@@ -16,6 +16,7 @@ from kernel_cluster import (
     Client,
     KernelCluster,
     MemorySampler,
+    SchedulerPlugin,
     get_task_stream,
     performance_report,
 )
@@ -100,6 +101,37 @@ def test_the_old_context_manager_form_still_works_with_a_warning(client):
     with pytest.warns(DeprecationWarning, match="get_task_stream"), client.get_task_stream() as ts:
         client.submit(crunch, 11).result()
     assert len(ts.data) == 1
+
+
+class StartStops(SchedulerPlugin):
+    """ "create a Scheduler plugin. All of this information will be available": each
+    task's start and stop times, per action, as it finishes."""
+
+    def __init__(self) -> None:
+        self.seen: dict = {}
+
+    def transition(self, key, start, finish, *args, **kwargs):
+        if finish == "memory" and "startstops" in kwargs:
+            self.seen[key] = (kwargs["worker"], kwargs["startstops"])
+
+
+def test_a_scheduler_plugin_sees_every_tasks_start_and_stop_times(client):
+    a, b = two_workers(client)
+    plugin = StartStops()
+    name = client.register_plugin(plugin)
+    try:
+        x = client.submit(np.arange, 50_000, workers=[a], pure=False)
+        y = client.submit(np.sum, x, workers=[b])
+        assert y.result() == np.arange(50_000).sum()
+    finally:
+        client.unregister_plugin(name)
+    assert set(plugin.seen) >= {x.key, y.key}
+    worker, startstops = plugin.seen[y.key]
+    assert worker == b
+    actions = {ss["action"] for ss in startstops}
+    assert {"compute", "transfer"} <= actions, startstops
+    for ss in startstops:
+        assert ss["start"] <= ss["stop"]
 
 
 # -- statistical profiling --------------------------------------------------------------
