@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("distributed")
 pytest.importorskip("anywidget")
 
+import dask
 import distributed
 
 import kernel_cluster
@@ -23,6 +24,8 @@ from kernel_cluster.diagnostics.attach import source_of
 from kernel_cluster.diagnostics.source import WouldBlock
 from kernel_cluster.jupyter.widgets import FineMetrics
 from tests.engine.helpers import wait_for_async
+from tests.seeds import workflows
+from tests.seeds.workflows import STEPS, WORKFLOW
 from tests.views.test_publisher import Browser
 
 NAP = 0.2
@@ -63,6 +66,43 @@ def test_on_a_dask_cluster_context_meter_records_into_dasks_metrics():
             time.sleep(0.05)
     assert seen[("execute", "record_into_dask", "I/O", "seconds")] >= NAP
     assert seen[("execute", "record_into_dask", "S3 Infrequent Access", "bytes")] == 123
+
+
+def test_on_a_dask_cluster_the_spans_main_example(restore_default):
+    """The spans document's example with ``from kernel_cluster import span`` and the
+    views attached to a Dask cluster: Dask's own spans extension gets the four spans,
+    each step's tasks and metrics in its own (our span is Dask's there too)."""
+    with (
+        distributed.LocalCluster(
+            n_workers=1, processes=False, dashboard_address=":0", threads_per_worker=2
+        ) as cluster,
+        distributed.Client(cluster) as dask_client,
+        dask.config.set({"optimization.fuse.active": False}),
+    ):
+        kernel_cluster.attach(dask_client)
+        with span("Alice's workflow") as alice:
+            with span("data load"):
+                df = workflows.read_array()
+            with span("ML preprocessing"):
+                df = workflows.preprocess_array(df)
+            with span("Model training"):
+                model = workflows.train_array(df)
+        assert model.compute().shape == (19,)
+
+        def every_step_has_cpu() -> dict | None:
+            tree = dask_client.run_on_scheduler(workflows.span_tree, root_id=alice)
+            steps = [tree.get((*WORKFLOW, step)) for step in STEPS]
+            done = all(s is not None and s["tasks"] and s["thread-cpu"] > 0 for s in steps)
+            return tree if done else None
+
+        deadline = time.monotonic() + 30  # metrics come with the workers' heartbeats
+        tree = every_step_has_cpu()
+        while tree is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            tree = every_step_has_cpu()
+    assert tree is not None
+    assert set(tree) == {WORKFLOW, *((*WORKFLOW, step) for step in STEPS)}
+    assert tree[WORKFLOW]["tasks"] == sum(tree[(*WORKFLOW, s)]["tasks"] for s in STEPS)
 
 
 @pytest.fixture
