@@ -118,7 +118,7 @@ def test_the_qr_example_with_three_profilers(client, tmp_path, monkeypatch):
 class PrintKeys(Callback):
     def _pretask(self, key, dask, state):
         """Print the key of every task as it's started"""
-        print(f"Computing: {key!r}!")  # noqa: UP030, UP032: as written
+        print(f"Computing: {key!r}!")  # as the seed writes it
 
 
 dsk = {"a": (add, 1, 2), "b": (add, 3, "a"), "c": (mul, "a", "b")}
@@ -134,7 +134,7 @@ def test_a_custom_callback(client, capsys):
 
 def test_callback_from_functions(client, capsys):
     def printkeys(key, dask, state):
-        print(f"Computing: {key!r}!")  # noqa: UP030, UP032: as written
+        print(f"Computing: {key!r}!")  # as the seed writes it
 
     with Callback(pretask=printkeys):
         client.get(dsk, "c")
