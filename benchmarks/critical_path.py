@@ -1,5 +1,5 @@
-"""How long ``client.critical_path()`` takes on a span of many tasks (issue 30: under
-1 s for 100,000).
+"""How long ``client.critical_path()`` and ``client.diagnose()`` take on a span of
+many tasks (issue 30: under 1 s for 100,000).
 
     .venv/bin/python benchmarks/critical_path.py [--tasks 100000] [--repeats 3]
 
@@ -52,12 +52,16 @@ def main() -> None:
         with span("many tasks") as span_id:
             client.get(graph, level)
         ran = time.perf_counter() - t0
-        whole, whole_cpu, walk = [], [], []
+        whole, whole_cpu, walk, diag, diag_cpu = [], [], [], [], []
         for _ in range(args.repeats):
             t, c = time.perf_counter(), time.process_time()
             path = client.critical_path(span_id)
             whole.append(time.perf_counter() - t)
             whole_cpu.append(time.process_time() - c)
+            t, c = time.perf_counter(), time.process_time()
+            client.diagnose(span_id)
+            diag.append(time.perf_counter() - t)
+            diag_cpu.append(time.process_time() - c)
             source = client.diagnostics
             chosen, ids = select_spans(source.spans(), span_id)
             runs = task_runs(r for r in source.task_stream() if r.span_id in ids)
@@ -81,6 +85,14 @@ def main() -> None:
                 "critical_path_cpu_seconds": {
                     "best": round(min(whole_cpu), 3),
                     "median": round(statistics.median(whole_cpu), 3),
+                },
+                "diagnose_seconds": {
+                    "best": round(min(diag), 3),
+                    "median": round(statistics.median(diag), 3),
+                },
+                "diagnose_cpu_seconds": {
+                    "best": round(min(diag_cpu), 3),
+                    "median": round(statistics.median(diag_cpu), 3),
                 },
                 "walk_alone_cpu_seconds": {
                     "best": round(min(walk), 3),
