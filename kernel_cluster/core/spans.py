@@ -114,9 +114,12 @@ class Span:
 
     @property
     def start(self) -> float:
-        """When the first task of the subtree started computing; 0 before any did."""
+        """When the first task of the subtree started computing; 0 before any did.
+
+        Never before ``enqueued``: a worker process's clock, corrected by an estimated
+        offset, can place a start a few microseconds ahead of the scheduler's."""
         starts = [g.start for g in self.traverse_groups() if g.start]
-        return min(starts) if starts else 0.0
+        return max(min(starts), self.enqueued) if starts else 0.0
 
     @property
     def stop(self) -> float:
@@ -282,7 +285,7 @@ class FoldedSpan(Span):
         starts = [g.start for g in self.groups if g.start]
         if self.totals.start:
             starts.append(self.totals.start)
-        return min(starts) if starts else 0.0
+        return max(min(starts), self.enqueued) if starts else 0.0
 
     @property
     def stop(self) -> float:
