@@ -19,13 +19,23 @@ spans folded into it (its ``folded`` says how many), so totals over all spans do
 not change; only the folded spans' separate rows are gone. Metrics that arrive
 for a span after it folded go to the fold. The owner of metrics keyed by span id
 (the scheduler's) hands that dict over as ``keyed_metrics`` to have it re-keyed too.
+
+Finished spans. Readers that keep what finished (the run history) ask for the
+spans that finished since a cursor (``finished_since``), a bounded log with a
+running index, so a read costs what finished since, never the size of the tree.
+The tree does no work per task for it: a span observed (given tasks) is *open*;
+``collect_finished`` (called by the reader, and at a fold) moves the open spans
+that are done into the log. A span that gets tasks again reopens, and is logged
+again when it is done (a parent between two children, say): readers take the
+latest entry as the span's final state.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from itertools import islice
+from typing import Any, NamedTuple
 
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES, TaskGroup, TaskPrefix
@@ -34,6 +44,17 @@ DEFAULT = ("default",)
 DEFAULT_ID_PREFIX = "default-"
 FOLDED_ID = "default-folded"
 KEEP_DEFAULT_SPANS = 100  # finished default spans kept apart before the oldest fold
+FINISHED_LOG_LENGTH = 4096  # finished spans a reader can still get after they finished
+
+
+class Finished(NamedTuple):
+    """What ``SpanTree.finished_since`` returns: the spans logged since the cursor (in
+    the order they finished; a span may appear twice if it reopened), the cursor to
+    pass next time, and how many entries fell out of the log before this read."""
+
+    spans: list[Span]
+    cursor: int
+    missed: int
 
 
 def is_default_span_id(span_id: object) -> bool:
@@ -286,6 +307,15 @@ class FoldedSpan(Span):
             out[:2] = [(lo1, hi2, area / (hi2 - lo1) if hi2 > lo1 else 0.0)]
 
 
+def _depth(span: Span) -> int:
+    depth = 0
+    node = span.parent
+    while node is not None:
+        depth += 1
+        node = node.parent
+    return depth
+
+
 def merge_spans(items: Iterable[Span], now: Callable[[], float]) -> MergedSpan:
     items = list(items)
     if not items:
@@ -320,6 +350,10 @@ class SpanTree:
         self.code_frames = code_frames
         self._default: Span | None = None
         self._default_counter = 0
+        # spans given tasks and not yet logged as finished (ordered: a dict), and the log
+        self._open: dict[Span, None] = {}
+        self._finished: deque[Span] = deque(maxlen=FINISHED_LOG_LENGTH)
+        self._finished_count = 0  # entries ever logged: the next one's index
 
     def nthreads_changed(self, time: float, total: int) -> None:
         self.total_nthreads_history.append((time, total))
@@ -355,6 +389,10 @@ class SpanTree:
             assert span is not None  # ids is not empty: the loop found or made one
         if code and code not in span.code:
             span.code.append(code)
+        node: Span | None = span
+        while node is not None:  # it and its parents get tasks: open until done
+            self._open[node] = None
+            node = node.parent
         return span
 
     def _new(self, name: tuple[Any, ...], span_id: str, parent: Span | None, time: float) -> Span:
@@ -371,6 +409,9 @@ class SpanTree:
 
     def _fold(self, span: Span) -> None:
         """Sum ``span`` into the fold and forget it as a span of its own."""
+        if span in self._open:  # done (it is a finished default span): log it first
+            del self._open[span]
+            self._log_finished(span)
         fold = self.folded
         if fold is None:
             fold = self.folded = FoldedSpan(self.total_nthreads_history, span.enqueued, self.now)
@@ -421,6 +462,32 @@ class SpanTree:
                 span = self.folded
             if span is not None:
                 span.add_metrics(("execute", key[2], key[3], key[4]), value)
+
+    # -- finished spans ---------------------------------------------------------------------
+
+    def _log_finished(self, span: Span) -> None:
+        if any(True for _ in span.traverse_groups()):  # a span without tasks has nothing
+            self._finished.append(span)
+            self._finished_count += 1
+
+    def collect_finished(self) -> None:
+        """Log the open spans that are done now (children before their parents)."""
+        done = [span for span in self._open if span.done]
+        for span in sorted(done, key=_depth, reverse=True):
+            del self._open[span]
+            self._log_finished(span)
+
+    def finished_since(self, cursor: int) -> Finished:
+        """The spans logged as finished from entry ``cursor`` on (0: all still kept; a
+        cursor past the end, from another tree, counts as 0)."""
+        self.collect_finished()
+        count = self._finished_count
+        first = count - len(self._finished)  # the index of the oldest entry kept
+        if not 0 <= cursor <= count:
+            cursor = 0
+        missed = max(0, first - cursor)
+        spans = list(islice(self._finished, max(cursor, first) - first, None))
+        return Finished(spans, count, missed)
 
     # -- queries ----------------------------------------------------------------------------
 

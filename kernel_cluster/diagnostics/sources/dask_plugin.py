@@ -4,8 +4,10 @@
 plugin does two things there:
 
 - it keeps what the scheduler does not: a numbered, bounded history of finished
-  tasks (the task stream, readable "since index N") and the number of tasks each
-  (span, prefix) ran (Dask's fine metrics count bytes and seconds, not tasks);
+  tasks (the task stream, readable "since index N"), the number of tasks each
+  (span, prefix) ran (Dask's fine metrics count bytes and seconds, not tasks), and
+  a numbered log of the spans that finished (for the run history: the spans a
+  task of which ended since the last read are checked, never every span);
 - it adds one handler, ``kernel_cluster_views``, that answers every read in one
   round trip with a snapshot built on the scheduler's event loop: plain tuples,
   dicts, strings and numbers, pickled, so tuple keys survive the trip.
@@ -44,6 +46,7 @@ FOLD_GRACE = 5.0  # seconds after a default span ends before it may fold (late h
 # a finished span's snapshot is reused for this long unless one of its tasks finished since
 # (reading every span on every poll would cost the scheduler ~0.1 ms per span)
 SNAPSHOT_SECONDS = 2.0
+FINISHED_LENGTH = 4096  # finished spans kept for the readers of the run history
 
 # a task stream record: (index, key, prefix, span_id, worker, thread, status, nbytes,
 # ((action, start, stop, source), ...))
@@ -70,6 +73,9 @@ class ViewsPlugin(SchedulerPlugin):
         self._snapshots: dict[str, tuple[float, dict[str, Any]]] = {}  # id -> (made, snapshot)
         self._touched: set[str | None] = set()  # spans a task of which finished since
         self.fold_grace = FOLD_GRACE
+        self._ending: set[str | None] = set()  # the same, for the finished-span log
+        self.finished: deque[str] = deque(maxlen=FINISHED_LENGTH)  # span ids, as they end
+        self.finished_count = 0  # entries ever logged
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -88,6 +94,7 @@ class ViewsPlugin(SchedulerPlugin):
         prefix = ts.prefix.name if ts is not None else key_split(key)
         span_id = ts.group.span_id if ts is not None else None
         self._touched.add(span_id)
+        self._ending.add(span_id)
         if span_id in self.folded:
             span_id = FOLDED_ID
         counts = self.counts.get(span_id)
@@ -141,6 +148,7 @@ class ViewsPlugin(SchedulerPlugin):
             "hello": self.hello,
             "metrics": self.metrics,
             "spans": self.spans,
+            "finished_spans": self.finished_spans,
             "span_metrics": self.span_metrics,
             "progress": self.progress,
             "info": self.info,
@@ -320,6 +328,68 @@ class ViewsPlugin(SchedulerPlugin):
             out.append({**self.folded_span, "states": dict(self.folded_span["states"])})
         return out
 
+    def _collect_finished(self) -> None:
+        """Log the spans (and their parents) a task of which ended since the last look
+        and that are done now, children first."""
+        ext = self.scheduler.extensions.get("spans")
+        if ext is None:
+            self._ending.clear()
+            return
+        candidates: dict[str, Any] = {}
+        for span_id in self._ending:
+            node = ext.spans.get(span_id)
+            while node is not None and node.id not in candidates:
+                candidates[node.id] = node
+                node = node.parent
+        self._ending.clear()
+        for span in sorted(candidates.values(), key=_depth, reverse=True):
+            if span.done and any(True for _ in span.traverse_groups()):
+                self.finished.append(span.id)
+                self.finished_count += 1
+
+    async def finished_spans(
+        self, cursor: int = 0, timeout: float = 3.0
+    ) -> tuple[int, int, list[dict[str, Any]]]:
+        """``(cursor, missed, records)``: the spans logged as finished since ``cursor``,
+        read after two heartbeats of every worker (their last tasks' metrics)."""
+        self._collect_finished()
+        count = self.finished_count
+        first = count - len(self.finished)
+        if not 0 <= cursor <= count:
+            cursor = 0  # a cursor from another scheduler
+        missed = max(0, first - cursor)
+        ids = list(islice(self.finished, max(cursor, first) - first, None))
+        if not ids:
+            return count, missed, []
+        await self._fresh(True, timeout)
+        ext = self.scheduler.extensions["spans"]
+        workers = len(self.scheduler.workers)
+        threads = int(self.scheduler.total_nthreads)
+        out = []
+        for span_id in ids:
+            span = ext.spans.get(span_id)
+            if span is None:
+                continue
+            tasks: dict[str, dict[str, int]] = {}
+            nbytes: dict[str, int] = {}
+            for group in span.traverse_groups():
+                name = group.prefix.name
+                counts = tasks.setdefault(name, {})
+                for state, n in group.states.items():
+                    if n:
+                        counts[state] = counts.get(state, 0) + int(n)
+                nbytes[name] = nbytes.get(name, 0) + int(group.nbytes_total)
+            out.append(
+                {
+                    "span": self._snapshot(span),
+                    "tasks": tasks,
+                    "nbytes": nbytes,
+                    "workers": workers,
+                    "threads": threads,
+                }
+            )
+        return count, missed, out
+
     def _snapshot(self, span: Any) -> dict[str, Any]:
         states = dict.fromkeys(STATES, 0)
         states.update(span.states)
@@ -488,6 +558,15 @@ class ViewsPlugin(SchedulerPlugin):
                 result = deserialize(result.header, result.frames)  # type: ignore[no-untyped-call]
             out[address] = result
         return out
+
+
+def _depth(span: Any) -> int:
+    depth = 0
+    node = span.parent
+    while node is not None:
+        depth += 1
+        node = node.parent
+    return depth
 
 
 def flatten(tree: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -17,6 +17,8 @@ from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
 from ..snapshots import (
     ClusterInfo,
+    FinishedSpan,
+    FinishedSpans,
     FlatRow,
     MemorySnapshot,
     Metrics,
@@ -60,6 +62,24 @@ class EngineSource:
         if refresh:
             loop.run(self.cluster.scheduler.refresh_metrics)
         return loop.run(lambda: [snapshot_span(s) for s in tree.spans.values()])
+
+    def finished_spans(self, cursor: int = 0) -> FinishedSpans:
+        """Three short calls on the loop: which spans finished (the tree's log), a
+        heartbeat from every worker if any did (their last tasks' metrics), and their
+        snapshots. Nothing is read when nothing finished."""
+        loop = self.cluster.loop_thread
+        scheduler = self.cluster.scheduler
+        finished = loop.run(scheduler.spans.finished_since, cursor)
+        if not finished.spans:
+            return FinishedSpans((), finished.cursor, finished.missed)
+        loop.run(scheduler.refresh_metrics)
+
+        def read() -> tuple[FinishedSpan, ...]:
+            workers = len(scheduler.state.workers)
+            threads = scheduler.state.total_nthreads
+            return tuple(snapshot_finished(s, workers, threads) for s in finished.spans)
+
+        return FinishedSpans(loop.run(read), finished.cursor, finished.missed)
 
     def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[Metrics, str]:
         loop = self.cluster.loop_thread
@@ -228,6 +248,20 @@ def snapshot_span(span: Span) -> SpanInfo:
         metrics=span.cumulative_worker_metrics,
         code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
     )
+
+
+def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
+    """A finished span with its tasks and result bytes per task prefix (on the loop)."""
+    tasks: dict[str, dict[str, int]] = {}
+    nbytes: dict[str, int] = {}
+    for group in span.traverse_groups():
+        name = group.prefix.name
+        counts = tasks.setdefault(name, {})
+        for state, n in group.states.items():
+            if n:
+                counts[state] = counts.get(state, 0) + n
+        nbytes[name] = nbytes.get(name, 0) + group.nbytes_total
+    return FinishedSpan(snapshot_span(span), tasks, nbytes, workers, threads)
 
 
 def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
