@@ -61,6 +61,8 @@ from .graph_packing import (
     rebuild,
     replace_futures,
 )
+from .runs import compare as compare_runs
+from .runs import record_cluster
 
 _default_cluster: KernelCluster | None = None
 _default_users: set[str] = set()  # ids of the open clients on the default cluster
@@ -166,6 +168,7 @@ class Client:
                 _leave_default(cluster, self.id)
             raise
         self._source = EngineSource(cluster)
+        record_cluster(cluster, self._source)
         if set_as_default:
             _current_client = self
             set_default_source(self._source)
@@ -625,6 +628,16 @@ class Client:
 
         self._check_running()
         return dashboard(self, **kwargs)
+
+    def compare(self, a: Any, b: Any, unit: str | None = "seconds") -> Any:
+        """Where did the time go, ``b`` against ``a``? Each names a span of this cluster
+        (id or name: the latest of that name) or a stored run (id, or ``name@-1``, the
+        latest stored run of that name other than the other side). A DataFrame
+        ``function, activity, unit, a, b, delta, ratio`` with per-task and per-second
+        columns and the functions' task counts and bytes, sorted by the size of the
+        change; ``.attrs["verdict"]`` says it in one line (``kernel_cluster.compare``)."""
+        self._check_running()
+        return compare_runs(a, b, self, unit=unit)
 
     def spans(self) -> Any:
         """The span tree as plain data: ``.roots``, ``[span_id]``, ``.to_pandas()``."""

@@ -75,12 +75,14 @@ class SpanInfo:
 @dataclass(frozen=True, slots=True)
 class FinishedSpan:
     """A span that finished, as the run history keeps it: the span (``SpanInfo``, its
-    metrics in as of a heartbeat after it finished), its subtree's tasks per task
+    metrics in as of a heartbeat after it finished), the id of its top-level span
+    (``root``: itself if it is one), its subtree's tasks per task
     prefix and state (``tasks``: ``{"inc": {"memory": 10, ...}}``, only the states
     present), the bytes of their results per prefix (``nbytes``), and the cluster's
     workers and threads when it was read."""
 
     span: SpanInfo
+    root: str
     tasks: dict[str, dict[str, int]]
     nbytes: dict[str, int]
     workers: int

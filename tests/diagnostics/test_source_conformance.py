@@ -325,6 +325,7 @@ def test_finished_spans_since_a_cursor(seen: Observed) -> None:
     assert outer.tasks == {"inc": {"memory": 10}, "total": {"memory": 1}}
     assert outer.nbytes["inc"] == inner.nbytes["inc"] > 0 and outer.nbytes["total"] > 0
     assert outer.workers == 2 and outer.threads == 4
+    assert inner.root == outer.root == seen.outer
     assert outer.span.metrics[("execute", "total", "tasks", "count")] == 1
     assert inner.span.metrics[("execute", "inc", "tasks", "count")] == 10
     assert inner.span.metrics[("execute", "inc", "thread-cpu", "seconds")] > 0

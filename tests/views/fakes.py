@@ -345,8 +345,8 @@ def run_workload(source: StreamSource, tag: str) -> tuple[str, str]:
     ]  # fmt: skip
     inner_span, outer_span = source.span_list[-1], source.span_list[-2]
     source.finished += [
-        FinishedSpan(inner_span, {"inc": {"memory": 10}}, {"inc": 80}, 2, 4),
-        FinishedSpan(outer_span, {"inc": {"memory": 10}, "total": {"memory": 1}},
+        FinishedSpan(inner_span, outer, {"inc": {"memory": 10}}, {"inc": 80}, 2, 4),
+        FinishedSpan(outer_span, outer, {"inc": {"memory": 10}, "total": {"memory": 1}},
                      {"inc": 80, "total": 8}, 2, 4),
     ]  # fmt: skip
     for prefix, n in (("inc", 10), ("total", 1)):

@@ -379,9 +379,13 @@ class ViewsPlugin(SchedulerPlugin):
                     if n:
                         counts[state] = counts.get(state, 0) + int(n)
                 nbytes[name] = nbytes.get(name, 0) + int(group.nbytes_total)
+            root = span
+            while root.parent is not None:
+                root = root.parent
             out.append(
                 {
                     "span": self._snapshot(span),
+                    "root": root.id,
                     "tasks": tasks,
                     "nbytes": nbytes,
                     "workers": workers,

@@ -307,7 +307,11 @@ class DaskSource:
             tuple(
                 FinishedSpan(
                     span=_span(r["span"]),
-                    tasks={str(p): {str(k): int(v) for k, v in c.items()} for p, c in r["tasks"].items()},
+                    root=str(r["root"]),
+                    tasks={
+                        str(p): {str(k): int(v) for k, v in c.items()}
+                        for p, c in r["tasks"].items()
+                    },
                     nbytes={str(p): int(n) for p, n in r["nbytes"].items()},
                     workers=int(r["workers"]),
                     threads=int(r["threads"]),

@@ -261,7 +261,10 @@ def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
             if n:
                 counts[state] = counts.get(state, 0) + n
         nbytes[name] = nbytes.get(name, 0) + group.nbytes_total
-    return FinishedSpan(snapshot_span(span), tasks, nbytes, workers, threads)
+    root = span
+    while root.parent is not None:
+        root = root.parent
+    return FinishedSpan(snapshot_span(span), root.id, tasks, nbytes, workers, threads)
 
 
 def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
