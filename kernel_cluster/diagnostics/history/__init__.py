@@ -65,7 +65,7 @@ class History:
     def configure(self, **changes: object) -> HistorySettings:
         """Set ``path`` (False or "off": no history), ``max_runs`` and ``max_mb`` for
         this process (see ``kernel_cluster.diagnostics.history.settings``)."""
-        return _settings.configure(**changes)  # type: ignore[arg-type]
+        return _settings.configure(**changes)
 
     @property
     def settings(self) -> HistorySettings:

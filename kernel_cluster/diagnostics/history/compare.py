@@ -3,7 +3,9 @@
 ``compare(a, b, source)`` resolves ``a`` (the baseline) and ``b`` to spans, live
 (read through ``source``, any DiagnosticsSource) or stored (the run history),
 and lines up their fine metrics by (function, activity, unit): ``a``, ``b``,
-``delta = b - a`` and ``ratio = b / a``, sorted by the size of the change. Two
+``delta = b - a`` and ``ratio = b / a``, sorted by the size of the change (units
+in the order seconds, bytes, count, others; in each, the idle time of the
+threads, which is no function's, comes last). Two
 normalisations make runs of different sizes comparable: per task of that
 function (``*_per_task``; idle, which belongs to no function, per task of the
 run) and per second of wall clock (``*_per_wall``: how many threads, on
@@ -315,7 +317,17 @@ class Comparison:
                 )
             )
         order = {u: i for i, u in enumerate(UNIT_ORDER)}
-        out.sort(key=lambda r: (order.get(r[2], len(order)), r[2], -abs(r[5]), r[0] or "", r[1]))
+        # idle (no function: the time the threads were not used) after the rest of its unit
+        out.sort(
+            key=lambda r: (
+                order.get(r[2], len(order)),
+                r[2],
+                r[0] is None,
+                -abs(r[5]),
+                r[0] or "",
+                r[1],
+            )
+        )
         return out
 
     def table(self, unit: str | None = "seconds") -> pd.DataFrame:

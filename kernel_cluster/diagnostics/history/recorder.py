@@ -82,7 +82,7 @@ class Recorder:
         self._failures = 0  # writes failed in a row
         self._retry_at = 0.0
         self._lock = threading.Lock()
-        self._thread = PeriodicThread(self._step, interval, "kernel-cluster-history", pause)
+        self._thread = PeriodicThread(self.step, interval, "kernel-cluster-history", pause)
 
     def __repr__(self) -> str:
         return f"<Recorder {self.cluster} -> {self.path}: {self.written} spans stored>"
@@ -93,7 +93,9 @@ class Recorder:
 
     # -- the thread ----------------------------------------------------------------------
 
-    def _step(self) -> bool:
+    def step(self) -> bool:
+        """One look for finished spans and one write (unless waiting after a failure),
+        as the thread does every ``interval``; False once the recorder is done."""
         with self._lock:
             if self.closed:
                 return False

@@ -214,7 +214,11 @@ def prune(conn: sqlite3.Connection, max_runs: int, max_bytes: int) -> int:
         with transaction(conn):
             gone += _drop_oldest(conn, max(1, runs // 20))  # 5% at a time
     if gone:
-        conn.execute("PRAGMA incremental_vacuum")  # give the freed pages back to the disk
+        # give the freed pages back to the disk (executescript runs the pragma to its end:
+        # execute() would step it once, one page), and fold the log into the file, which
+        # is only cut at a checkpoint in WAL mode
+        conn.executescript("PRAGMA incremental_vacuum;")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     return gone
 
 
