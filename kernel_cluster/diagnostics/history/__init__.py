@@ -28,7 +28,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import settings as _settings
-from .compare import Comparison, compare, comparison
+from .compare import Comparison
 from .settings import HistorySettings
 from .stored import HistoryOff, StoredRun, load, runs_frame
 
@@ -38,8 +38,6 @@ __all__ = [
     "HistoryOff",
     "HistorySettings",
     "StoredRun",
-    "compare",
-    "comparison",
     "history",
 ]
 

@@ -238,6 +238,42 @@ class _Resolver:
         return side_of_stored(StoredRun(row, history_path()), ref)
 
 
+def resolve(ref: object, source: DiagnosticsSource | None, exclude: Iterable[str] = ()) -> Side:
+    """One side (see the module's docstring), resolved now."""
+    return _Resolver(source).resolve(ref, exclude)
+
+
+def side_of_metrics(
+    metrics: Metrics, ref: str, name: str, start: float, stop: float, done: bool = True
+) -> Side:
+    """A side made of worker metrics (``("execute", span, prefix, activity, unit)``
+    keys, summed over spans): a block of work that is no span, as a performance
+    report records it."""
+    merged: Metrics = {}
+    for key, value in metrics.items():
+        if len(key) == 5 and key[0] == "execute":
+            k = ("execute", key[2], key[3], key[4])
+            merged[k] = merged.get(k, 0.0) + value
+    keyed = _keyed(merged)
+    tasks = _by_function(keyed, "tasks", "count")
+    nbytes = _by_function(keyed, "output", "bytes")
+    return Side(
+        ref=ref,
+        id=ref,
+        name=name,
+        where="live",
+        start=start,
+        stop=stop,
+        wall=max(0.0, stop - start),
+        tasks=int(sum(tasks.values())),
+        nbytes=int(sum(nbytes.values())),
+        done=done,
+        metrics=keyed,
+        tasks_by_function=tasks,
+        bytes_by_function=nbytes,
+    )
+
+
 def resolve_pair(a: object, b: object, source: DiagnosticsSource | None) -> tuple[Side, Side]:
     """Both sides; a ``name@-k`` side skips the span the other side resolved to."""
     resolver = _Resolver(source)
@@ -432,6 +468,13 @@ def compare(
     return comparison(a, b, source).table(unit)
 
 
+# the ids of the last pair compared in this process: what a Compare panel opened without
+# a choice shows first
+last_pair: tuple[str, str] | None = None
+
+
 def comparison(a: object, b: object, source: DiagnosticsSource | None) -> Comparison:
+    global last_pair
     side_a, side_b = resolve_pair(a, b, source)
+    last_pair = (side_a.id, side_b.id)
     return Comparison(side_a, side_b)
