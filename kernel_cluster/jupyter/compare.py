@@ -25,7 +25,7 @@ import traitlets
 
 from ..diagnostics.attach import default_source, source_of
 from ..diagnostics.history import compare as comparing
-from ..diagnostics.history.stored import HistoryOff, StoredRun, runs_frame
+from ..diagnostics.history.stored import HistoryOff, StoredRun, stored_runs
 from ..diagnostics.snapshots import SpanInfo
 from ..diagnostics.source import Diagnosable, DiagnosticsSource
 from .widgets import STYLES, _read, bundle_path
@@ -74,15 +74,13 @@ def run_choices(source: DiagnosticsSource | None, limit: int = CHOICES) -> list[
             )
             seen.add(s.id)
     try:
-        stored = runs_frame(limit)
+        stored = stored_runs(limit)
     except (HistoryOff, RuntimeError):
         return out
-    for row in stored.iloc[::-1].itertuples():
-        if row.id in seen:
-            continue
-        out.append(
-            {"ref": row.id, "label": _label(row.name, row.stop.timestamp(), row.wall, "stored")}
-        )
+    for row in reversed(stored):
+        if row["id"] not in seen:
+            label = _label(row["name"], row["stop"], row["wall"], "stored")
+            out.append({"ref": row["id"], "label": label})
     return out
 
 
@@ -127,7 +125,7 @@ class Compare(anywidget.AnyWidget):
     kind = traitlets.Unicode("compare").tag(sync=True)
     _uid = traitlets.Unicode("").tag(sync=True)
     data = traitlets.Dict(allow_none=True, default_value=None).tag(sync=True)
-    runs = traitlets.List().tag(sync=True)
+    runs: traitlets.List[dict[str, str]] = traitlets.List(traitlets.Dict()).tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
     a = traitlets.Unicode("").tag(sync=True)
     b = traitlets.Unicode("").tag(sync=True)

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from ..snapshots import FinishedSpan, SpanInfo
 from .schema import transaction
 
@@ -78,6 +80,14 @@ def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
 
 
+def _pack(value: object) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, default=str)  # type: ignore[no-any-return]
+
+
+def _unpack(blob: bytes) -> Any:
+    return msgpack.unpackb(blob, raw=False, strict_map_key=False)
+
+
 def metrics_rows(span: SpanInfo) -> list[list[Any]]:
     """``[[function, activity, unit, value], ...]`` of a span's execute metrics."""
     rows = []
@@ -124,8 +134,8 @@ def span_row(record: FinishedSpan, session: int, now: float) -> tuple[Any, ...]:
         record.workers,
         record.threads,
         _json({k: v for k, v in span.states.items() if v}),
-        _json(prefixes),
-        _json(metrics_rows(span)),
+        _pack(prefixes),
+        _pack(metrics_rows(span)),
         _json([list(map(list, stack)) for stack in span.code[:MAX_CODE]]),
         now,
     )
@@ -299,8 +309,10 @@ def _span_dicts(rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
         d = dict(zip(SPAN_COLUMNS, r[:n]))
         session = dict(zip(SESSION_FIELDS, r[n:]))
         session["versions"] = json.loads(session["versions"] or "{}")
-        for key in ("tags", "states", "prefixes", "metrics", "code"):
+        for key in ("tags", "states", "code"):
             d[key] = json.loads(d[key])
+        for key in ("prefixes", "metrics"):
+            d[key] = _unpack(d[key])
         d["context"] = session
         out.append(d)
     return out

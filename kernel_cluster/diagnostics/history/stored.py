@@ -134,7 +134,15 @@ class StoredRun:
             p: {"states": states, "nbytes": nbytes}
             for p, (states, nbytes) in row["prefixes"].items()
         }
-        self.metrics: Metrics = metrics_of(row["metrics"])
+
+    @property
+    def metrics(self) -> Metrics:
+        """Its fine metrics, keyed ``("execute", function, activity, unit)``."""
+        return metrics_of(self._row["metrics"])
+
+    def keyed_metrics(self) -> dict[tuple[str | None, str, str], float]:
+        """Its fine metrics keyed ``(function, activity, unit)`` (as stored: text)."""
+        return {(f, a, u): v for f, a, u, v in self._row["metrics"]}
 
     def __repr__(self) -> str:
         source = self.context.get("source") or self.context.get("host")
@@ -198,6 +206,12 @@ def not_found(ref: str, known: list[str], path: Path) -> str:
     return f"No run {ref!r} in {where}; the latest names stored: {', '.join(map(repr, known))}."
 
 
+def stored_runs(limit: int | None = None, name: str | None = None) -> list[dict[str, Any]]:
+    """The stored runs as dicts (``store.RUN_FIELDS``), oldest first."""
+    with reading() as conn:
+        return runs(conn, limit, name) if conn is not None else []
+
+
 def runs_frame(limit: int | None = None, name: str | None = None) -> pd.DataFrame:
     """The stored runs, oldest first (see ``kernel_cluster.history``)."""
     columns = [
@@ -217,8 +231,7 @@ def runs_frame(limit: int | None = None, name: str | None = None) -> pd.DataFram
         "git_commit",
         "session",
     ]
-    with reading() as conn:
-        rows = runs(conn, limit, name) if conn is not None else []
+    rows = stored_runs(limit, name)
     frame = pd.DataFrame(rows, columns=[*columns, "tags", "host"])
     for col in ("start", "stop"):
         frame[col] = pd.to_datetime(frame[col], unit="s", utc=True)
