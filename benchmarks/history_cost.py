@@ -42,16 +42,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ["KERNEL_CLUSTER_HISTORY"] = "off"  # the script turns it on where it measures it
 
-from interleave import overhead, rounds  # noqa: E402
+from interleave import overhead, rounds
 
-import kernel_cluster  # noqa: E402
-from kernel_cluster import Client, KernelCluster, span  # noqa: E402
-from kernel_cluster.diagnostics.history import compare as comparing  # noqa: E402
-from kernel_cluster.diagnostics.history import recorder as recorders  # noqa: E402
-from kernel_cluster.diagnostics.history import schema, store  # noqa: E402
-from kernel_cluster.diagnostics.history.settings import HistorySettings  # noqa: E402
-from kernel_cluster.diagnostics.snapshots import FinishedSpan  # noqa: E402
-from kernel_cluster.diagnostics.spans import SpanInfo  # noqa: E402
+import kernel_cluster
+from kernel_cluster import Client, KernelCluster, span
+from kernel_cluster.diagnostics.history import recorder as recorders
+from kernel_cluster.diagnostics.history import schema, store
+from kernel_cluster.diagnostics.history.settings import HistorySettings
+from kernel_cluster.diagnostics.snapshots import FinishedSpan
+from kernel_cluster.diagnostics.spans import SpanInfo
 
 RESULTS = Path(__file__).resolve().parent / "results" / "history_cost.json"
 SPANS, PER_SPAN = 1000, 10
@@ -94,14 +93,18 @@ def throughput(n_spans: int, repeats: int, path: Path) -> dict:
     state: dict = {"recorder": None, "cpu": 0.0, "spans": 0}
 
     def on() -> float:
-        rec = recorders.Recorder(source, kind="embedded", cluster="bench", settings=lambda: settings)
+        rec = recorders.Recorder(
+            source, kind="embedded", cluster="bench", settings=lambda: settings
+        )
         rec.cursor = source.finished_spans(0).cursor  # only what this run makes
         rec.start()
         clock = ThreadClock(rec)
         written = rec.written
         seconds = spans_run(client, n_spans)
+        cpu = clock.seconds()
+        t = time.thread_time()
         rec.close()  # untimed: the last second's spans, written before the next run
-        state["cpu"] += clock.seconds()
+        state["cpu"] += cpu + time.thread_time() - t
         state["spans"] += rec.written - written
         return seconds
 
@@ -182,7 +185,9 @@ def bytes_per_span(tmp: Path, spans: int) -> dict:
 
 
 def _session() -> store.Session:
-    return store.Session("bench", time.time(), None, "host", os.getpid(), None, "embedded", "bench", {}, None)
+    return store.Session(
+        "bench", time.time(), None, "host", os.getpid(), None, "embedded", "bench", {}, None
+    )
 
 
 def compare_stored(tmp: Path, repeats: int) -> dict:
@@ -190,7 +195,11 @@ def compare_stored(tmp: Path, repeats: int) -> dict:
     kernel_cluster.history.configure(path=path)
     conn = schema.connect(path)
     row = store.add_session(conn, _session())
-    store.write_spans(conn, row, [synthetic("big-a", 1000, 1000.0), synthetic("big-b", 1000, 2000.0, slow="prefix-7")])
+    store.write_spans(
+        conn,
+        row,
+        [synthetic("big-a", 1000, 1000.0), synthetic("big-b", 1000, 2000.0, slow="prefix-7")],
+    )
     conn.close()
     times = []
     for _ in range(repeats):
@@ -201,7 +210,13 @@ def compare_stored(tmp: Path, repeats: int) -> dict:
     assert (top.function, top.activity) == ("prefix-7", "thread-noncpu"), table.head()
     assert len(table) == 4 * 1000 + 1
     kernel_cluster.history.configure(path=None)
-    return {"prefixes": 1000, "rows": int(len(table)), "median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "repeats": repeats}
+    return {
+        "prefixes": 1000,
+        "rows": len(table),
+        "median_ms": 1e3 * statistics.median(times),
+        "min_ms": 1e3 * min(times),
+        "repeats": repeats,
+    }
 
 
 def prefix_task(i: int) -> int:
@@ -215,7 +230,9 @@ def compare_live(repeats: int) -> dict:
     try:
         for run in range(2):
             with span("live") as span_id:
-                futures = [client.submit(prefix_task, i, key=f"fn{i:04d}-{run}") for i in range(1000)]
+                futures = [
+                    client.submit(prefix_task, i, key=f"fn{i:04d}-{run}") for i in range(1000)
+                ]
                 client.gather(futures)
             ids.append(span_id)
         prefixes = {k[1] for k in client.diagnostics.spans()[-1].metrics if len(k) == 4}
@@ -227,7 +244,13 @@ def compare_live(repeats: int) -> dict:
     finally:
         client.close()
         cluster.close()
-    return {"prefixes": len(prefixes), "rows": int(len(table)), "median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "repeats": repeats}
+    return {
+        "prefixes": len(prefixes),
+        "rows": len(table),
+        "median_ms": 1e3 * statistics.median(times),
+        "min_ms": 1e3 * min(times),
+        "repeats": repeats,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -256,13 +279,18 @@ def main(argv: list[str] | None = None) -> dict:
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     t = report["throughput"]
     o = t["overhead"]
+    on, off = statistics.median(t["on_seconds"]), statistics.median(t["off_seconds"])
     print(
-        f"throughput, {t['tasks']:,} tasks in {t['spans']:,} spans: on {statistics.median(t['on_seconds']):.2f} s, "
-        f"off {statistics.median(t['off_seconds']):.2f} s, overhead (median of rounds) {o['median_of_rounds']:+.1%} "
-        f"[90% interval {o['ci_low']:+.1%} .. {o['ci_high']:+.1%}], recorder CPU {t['recorder_cpu_us_per_span']:.0f} µs/span"
+        f"throughput, {t['tasks']:,} tasks in {t['spans']:,} spans: on {on:.2f} s, off {off:.2f} s"
+    )
+    print(
+        f"  overhead (median of rounds) {o['median_of_rounds']:+.1%} "
+        f"[90% interval {o['ci_low']:+.1%} .. {o['ci_high']:+.1%}]; "
+        f"recorder thread CPU {t['recorder_cpu_us_per_span']:.0f} µs per span"
     )
     for k, v in report["bytes_per_span"].items():
-        print(f"bytes per stored span, {k} prefixes: {v['bytes_per_span']:.0f} (file: {v['file_bytes_per_span']:.0f})")
+        used, file = v["bytes_per_span"], v["file_bytes_per_span"]
+        print(f"bytes per stored span, {k} prefixes: {used:.0f} (file: {file:.0f})")
     for k in ("compare_stored_1000_prefixes", "compare_live_1000_prefixes"):
         c = report[k]
         print(f"{k}: median {c['median_ms']:.1f} ms (min {c['min_ms']:.1f}), {c['rows']} rows")
