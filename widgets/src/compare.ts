@@ -314,7 +314,7 @@ export function drawPairs(host: HTMLElement, rows: PairRow[], opts: PairOptions)
   }
   const width = opts.width ?? Math.max(host.clientWidth || 0, 320);
   const labelWidth = 130;
-  const valueWidth = 90;
+  const valueWidth = opts.mode === 'side-by-side' ? 150 : 80; // "7.4 ms → 607.5 ms", "+14.10 s"
   const rowHeight = opts.mode === 'side-by-side' ? 26 : 20;
   const height = rows.length * rowHeight + 4;
   const svg = select(host)
