@@ -9,7 +9,6 @@ whole or not at all.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -76,11 +75,11 @@ def label(value: object) -> str | None:
     return None if value is None else value if isinstance(value, str) else str(value)
 
 
-def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+# one encoder for every row (json.dumps with options makes a new one per call)
+_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str).encode
 
 
-def _pack(value: object) -> bytes:
+def _pack(value: object) -> bytes:  # not a shared Packer: recorders of two clusters may meet
     return msgpack.packb(value, use_bin_type=True, default=str)  # type: ignore[no-any-return]
 
 
@@ -88,25 +87,22 @@ def _unpack(blob: bytes) -> Any:
     return msgpack.unpackb(blob, raw=False, strict_map_key=False)
 
 
-def metrics_rows(span: SpanInfo) -> list[list[Any]]:
-    """``[[function, activity, unit, value], ...]`` of a span's execute metrics."""
+def metrics_rows(span: SpanInfo) -> tuple[list[list[Any]], float]:
+    """``[[function, activity, unit, value], ...]`` of a span's execute metrics, and
+    the seconds its tasks kept threads busy (every seconds metric but idle). One pass:
+    the recorder's thread does this for every span, beside the workers."""
     rows = []
+    busy = 0.0
     for key, value in span.metrics.items():
-        if len(key) != 4 or key[0] != "execute" or not math.isfinite(value):
+        if len(key) != 4 or key[0] != "execute":
             continue
-        rows.append([label(key[1]), label(key[2]), label(key[3]), value])
-    return rows
-
-
-def thread_seconds(span: SpanInfo) -> float:
-    """Seconds the span's tasks kept threads busy (every seconds metric but idle)."""
-    return float(
-        sum(
-            v
-            for k, v in span.metrics.items()
-            if len(k) == 4 and k[-1] == "seconds" and not (k[1] is None and k[2] == "idle")
-        )
-    )
+        _, f, a, u = key
+        if type(a) is not str or type(u) is not str or (f is not None and type(f) is not str):
+            f, a, u = label(f), label(a), label(u)
+        rows.append([f, a, u, value])
+        if u == "seconds" and not (f is None and a == "idle"):
+            busy += value
+    return rows, busy
 
 
 def span_row(record: FinishedSpan, session: int, now: float) -> tuple[Any, ...]:
@@ -114,6 +110,7 @@ def span_row(record: FinishedSpan, session: int, now: float) -> tuple[Any, ...]:
     tags = [str(t) for t in span.name]
     begin = span.start or span.enqueued
     prefixes = {p: [states, record.nbytes.get(p, 0)] for p, states in record.tasks.items()}
+    metrics, busy = metrics_rows(span)
     return (
         span.id,
         session,
@@ -127,7 +124,7 @@ def span_row(record: FinishedSpan, session: int, now: float) -> tuple[Any, ...]:
         span.stop,
         max(0.0, span.stop - begin),
         span.duration,
-        thread_seconds(span),
+        busy,
         span.active_cpu_seconds,
         sum(span.states.values()),
         span.nbytes_total,
@@ -135,7 +132,7 @@ def span_row(record: FinishedSpan, session: int, now: float) -> tuple[Any, ...]:
         record.threads,
         _json({k: v for k, v in span.states.items() if v}),
         _pack(prefixes),
-        _pack(metrics_rows(span)),
+        _pack(metrics),
         _json([list(map(list, stack)) for stack in span.code[:MAX_CODE]]),
         now,
     )
