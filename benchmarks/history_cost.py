@@ -12,7 +12,10 @@
    run's last second after it: that write is done (untimed) before the next run,
    so it never lands on the other configuration; its cost is in the recorder's
    CPU time per span, measured apart (the thread's own CPU time over whole runs,
-   reading, snapshotting and writing every span).
+   reading, snapshotting and writing every span). The process's CPU seconds per
+   run (every thread: the engine's loop and workers, the recorder, the final
+   write included) are compared too: on a busy machine they move less than wall
+   time, which waits for the other jobs.
 2. Bytes per stored span: the history file's used pages (not counting free ones)
    over the spans stored, for spans of 1, 10 and 100 task prefixes (each prefix
    with the engine's usual metrics: thread-cpu, thread-noncpu, executor, other,
@@ -20,7 +23,8 @@
 3. Compare time on runs of 1,000 prefixes: ``kernel_cluster.compare`` of two stored
    runs (read from the file, decoded, lined up, sorted, the verdict), and of two
    live spans of the engine (read through the DiagnosticsSource). Target: under
-   100 ms. Median of repeats.
+   100 ms. Median of repeats, wall and the calling thread's CPU seconds (a busy
+   machine stretches wall time by the share of the cores the process gets).
 
 The machine is shared (2 cores, other jobs): compare ratios from one invocation.
 Results go to benchmarks/results/history_cost.json.
@@ -91,8 +95,10 @@ def throughput(n_spans: int, repeats: int, path: Path) -> dict:
     client = Client(cluster, set_as_default=False)
     source = client.diagnostics
     state: dict = {"recorder": None, "cpu": 0.0, "spans": 0}
+    process_cpu: dict[str, list[float]] = {"on": [], "off": []}
 
     def on() -> float:
+        cpu0 = time.process_time()
         rec = recorders.Recorder(
             source, kind="embedded", cluster="bench", settings=lambda: settings
         )
@@ -106,10 +112,14 @@ def throughput(n_spans: int, repeats: int, path: Path) -> dict:
         rec.close()  # untimed: the last second's spans, written before the next run
         state["cpu"] += cpu + time.thread_time() - t
         state["spans"] += rec.written - written
+        process_cpu["on"].append(time.process_time() - cpu0)
         return seconds
 
     def off() -> float:
-        return spans_run(client, n_spans)
+        cpu0 = time.process_time()
+        seconds = spans_run(client, n_spans)
+        process_cpu["off"].append(time.process_time() - cpu0)
+        return seconds
 
     try:
         times = rounds({"on": on, "off": off}, repeats)
@@ -122,6 +132,10 @@ def throughput(n_spans: int, repeats: int, path: Path) -> dict:
         "on_seconds": times["on"],
         "off_seconds": times["off"],
         "overhead": overhead(times["on"], times["off"]),
+        # past the warm-up runs (one each)
+        "cpu_on_seconds": process_cpu["on"][1:],
+        "cpu_off_seconds": process_cpu["off"][1:],
+        "cpu_overhead": overhead(process_cpu["on"][1:], process_cpu["off"][1:]),
         "recorder_cpu_us_per_span": 1e6 * state["cpu"] / max(state["spans"], 1),
         "spans_recorded": state["spans"],
     }
@@ -201,11 +215,12 @@ def compare_stored(tmp: Path, repeats: int) -> dict:
         [synthetic("big-a", 1000, 1000.0), synthetic("big-b", 1000, 2000.0, slow="prefix-7")],
     )
     conn.close()
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         table = kernel_cluster.compare("run@-2", "run@-1")
         times.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
     top = table.iloc[0]
     assert (top.function, top.activity) == ("prefix-7", "thread-noncpu"), table.head()
     assert len(table) == 4 * 1000 + 1
@@ -215,6 +230,7 @@ def compare_stored(tmp: Path, repeats: int) -> dict:
         "rows": len(table),
         "median_ms": 1e3 * statistics.median(times),
         "min_ms": 1e3 * min(times),
+        "cpu_median_ms": 1e3 * statistics.median(cpu),
         "repeats": repeats,
     }
 
@@ -236,11 +252,12 @@ def compare_live(repeats: int) -> dict:
                 client.gather(futures)
             ids.append(span_id)
         prefixes = {k[1] for k in client.diagnostics.spans()[-1].metrics if len(k) == 4}
-        times = []
+        times, cpu = [], []
         for _ in range(repeats):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             table = client.compare(ids[0], ids[1])
             times.append(time.perf_counter() - t)
+            cpu.append(time.thread_time() - c)
     finally:
         client.close()
         cluster.close()
@@ -249,6 +266,7 @@ def compare_live(repeats: int) -> dict:
         "rows": len(table),
         "median_ms": 1e3 * statistics.median(times),
         "min_ms": 1e3 * min(times),
+        "cpu_median_ms": 1e3 * statistics.median(cpu),
         "repeats": repeats,
     }
 
@@ -288,12 +306,20 @@ def main(argv: list[str] | None = None) -> dict:
         f"[90% interval {o['ci_low']:+.1%} .. {o['ci_high']:+.1%}]; "
         f"recorder thread CPU {t['recorder_cpu_us_per_span']:.0f} µs per span"
     )
+    c = t["cpu_overhead"]
+    print(
+        f"  process CPU overhead (median of rounds) {c['median_of_rounds']:+.1%} "
+        f"[90% interval {c['ci_low']:+.1%} .. {c['ci_high']:+.1%}]"
+    )
     for k, v in report["bytes_per_span"].items():
         used, file = v["bytes_per_span"], v["file_bytes_per_span"]
         print(f"bytes per stored span, {k} prefixes: {used:.0f} (file: {file:.0f})")
     for k in ("compare_stored_1000_prefixes", "compare_live_1000_prefixes"):
         c = report[k]
-        print(f"{k}: median {c['median_ms']:.1f} ms (min {c['min_ms']:.1f}), {c['rows']} rows")
+        print(
+            f"{k}: median {c['median_ms']:.1f} ms (min {c['min_ms']:.1f}; CPU "
+            f"{c['cpu_median_ms']:.1f} ms), {c['rows']} rows"
+        )
     print(f"load average before {load0}, after {report['machine']['load_after']}")
     return report
 

@@ -26,7 +26,6 @@ the larger run, largest first. When the runs' task counts differ by more than
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -88,15 +87,12 @@ class Side:
     metrics: dict[Key, float]
     tasks_by_function: dict[str, float]
     bytes_by_function: dict[str, float]
+    thread_seconds: float  # every function's seconds (not the threads' idle time)
     context: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return f"{self.name} ({self.where} {self.id[:8]})"
-
-    @functools.cached_property
-    def thread_seconds(self) -> float:
-        return sum(v for (f, _, u), v in self.metrics.items() if u == "seconds" and f is not None)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -127,21 +123,27 @@ def _keyed(metrics: Metrics) -> dict[Key, float]:
     return out
 
 
-def _by_function(metrics: dict[Key, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """Each function's tasks and result bytes, from the engine's metrics for them."""
+def _by_function(metrics: dict[Key, float]) -> tuple[dict[str, float], dict[str, float], float]:
+    """Each function's tasks and result bytes, from the engine's metrics for them, and
+    the seconds of all functions: one pass over a run's thousands of metrics."""
     tasks: dict[str, float] = {}
     nbytes: dict[str, float] = {}
+    busy = 0.0
     for (f, a, u), v in metrics.items():
-        if a == "tasks" and u == "count" and f is not None:
+        if f is None:
+            continue
+        if u == "seconds":
+            busy += v
+        elif a == "tasks" and u == "count":
             tasks[f] = v
-        elif a == "output" and u == "bytes" and f is not None:
+        elif a == "output" and u == "bytes":
             nbytes[f] = v
-    return tasks, nbytes
+    return tasks, nbytes, busy
 
 
 def side_of_span(span: SpanInfo, ref: str) -> Side:
     metrics = _keyed(span.metrics)
-    tasks, nbytes = _by_function(metrics)
+    tasks, nbytes, busy = _by_function(metrics)
     begin = span.start or span.enqueued
     return Side(
         ref=ref,
@@ -157,12 +159,13 @@ def side_of_span(span: SpanInfo, ref: str) -> Side:
         metrics=metrics,
         tasks_by_function=tasks,
         bytes_by_function=nbytes,
+        thread_seconds=busy,
     )
 
 
 def side_of_stored(run: StoredRun, ref: str) -> Side:
     metrics = run.keyed_metrics()
-    tasks, nbytes = _by_function(metrics)
+    tasks, nbytes, busy = _by_function(metrics)
     tasks = tasks or {p: float(sum(d["states"].values())) for p, d in run.prefixes.items()}
     nbytes = nbytes or {p: float(d["nbytes"]) for p, d in run.prefixes.items()}
     return Side(
@@ -179,6 +182,7 @@ def side_of_stored(run: StoredRun, ref: str) -> Side:
         metrics=metrics,
         tasks_by_function=tasks,
         bytes_by_function=nbytes,
+        thread_seconds=busy,
         context=run.context,
     )
 
@@ -261,7 +265,7 @@ def side_of_metrics(
             k = ("execute", key[2], key[3], key[4])
             merged[k] = merged.get(k, 0.0) + value
     keyed = _keyed(merged)
-    tasks, nbytes = _by_function(keyed)
+    tasks, nbytes, busy = _by_function(keyed)
     return Side(
         ref=ref,
         id=ref,
@@ -276,6 +280,7 @@ def side_of_metrics(
         metrics=keyed,
         tasks_by_function=tasks,
         bytes_by_function=nbytes,
+        thread_seconds=busy,
     )
 
 
