@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
 from typing import Any, NamedTuple
 
+from .finished_log import FinishedLog, children_first
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES, TaskGroup
 from .span_folding import (
@@ -180,7 +180,11 @@ class Span:
     @property
     def nthreads_intervals(self) -> list[tuple[float, float, int]]:
         """(begin, end, threads on the cluster) from enqueued to stop."""
-        begin, end = self.enqueued, self.stop
+        return self.intervals_until(self.stop)
+
+    def intervals_until(self, end: float) -> list[tuple[float, float, int]]:
+        """``nthreads_intervals`` for a span that stops at ``end`` (read apart)."""
+        begin = self.enqueued
         out = []
         history = self._nthreads_history
         for i, (t, n) in enumerate(history):
@@ -334,15 +338,6 @@ class FoldedSpan(Span):
         return out
 
 
-def _depth(span: Span) -> int:
-    depth = 0
-    node = span.parent
-    while node is not None:
-        depth += 1
-        node = node.parent
-    return depth
-
-
 def merge_spans(items: Iterable[Span], now: Callable[[], float]) -> MergedSpan:
     items = list(items)
     if not items:
@@ -379,8 +374,7 @@ class SpanTree:
         self._default_counter = 0
         # spans given tasks and not yet logged as finished (ordered: a dict), and the log
         self._open: dict[Span, None] = {}
-        self._finished: deque[Span] = deque(maxlen=FINISHED_LOG_LENGTH)
-        self._finished_count = 0  # entries ever logged: the next one's index
+        self._finished: FinishedLog[Span] = FinishedLog(FINISHED_LOG_LENGTH)
 
     def nthreads_changed(self, time: float, total: int) -> None:
         self.total_nthreads_history.append((time, total))
@@ -496,12 +490,11 @@ class SpanTree:
     def _log_finished(self, span: Span) -> None:
         if any(True for _ in span.traverse_groups()):  # a span without tasks has nothing
             self._finished.append(span)
-            self._finished_count += 1
 
     def collect_finished(self) -> None:
         """Log the open spans that are done now (children before their parents)."""
         done = [span for span in self._open if span.done]
-        for span in sorted(done, key=_depth, reverse=True):
+        for span in children_first(done):
             del self._open[span]
             self._log_finished(span)
 
@@ -509,13 +502,7 @@ class SpanTree:
         """The spans logged as finished from entry ``cursor`` on (0: all still kept; a
         cursor past the end, from another tree, counts as 0)."""
         self.collect_finished()
-        count = self._finished_count
-        first = count - len(self._finished)  # the index of the oldest entry kept
-        if not 0 <= cursor <= count:
-            cursor = 0
-        missed = max(0, first - cursor)
-        spans = list(islice(self._finished, max(cursor, first) - first, None))
-        return Finished(spans, count, missed)
+        return Finished(*self._finished.since(cursor))
 
     # -- queries ----------------------------------------------------------------------------
 

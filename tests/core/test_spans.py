@@ -209,7 +209,7 @@ def test_a_reader_that_comes_late_is_told_what_it_missed(tree, monkeypatch):
     from kernel_cluster.core import spans as spans_module
 
     small = SpanTree(now=lambda: 0.0)
-    small._finished = spans_module.deque(maxlen=3)
+    small._finished = spans_module.FinishedLog(3)
     made = []
     for i in range(5):
         s = small.observe(ann((f"s{i}", f"id{i}")), time=0.0)
@@ -236,3 +236,49 @@ def test_a_default_span_that_folds_before_any_read_is_logged_first(tree):
     logged = tree.finished_since(0).spans
     assert logged == made  # none lost to the fold, in the order they finished
     assert all(s.id != tree.folded.id for s in logged)
+
+
+def by_properties(span: Span) -> tuple:
+    return (
+        span.done,
+        span.start,
+        span.stop,
+        span.all_durations,
+        span.nbytes_total,
+        span.states,
+        span.active_cpu_seconds,
+        span.cumulative_worker_metrics,
+    )
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_summary_in_one_pass_reads_as_the_properties(tree, finished):
+    """What the run history stores of a span (summarize) is what its properties say,
+    unfinished (stop: now) or finished, over a subtree of several groups and prefixes."""
+    from kernel_cluster.core.span_summary import summarize
+
+    root = tree.observe(ann(("w", "r")), time=0.5)
+    child = tree.observe(ann(("w", "r"), ("load", "c")), time=1.0)
+    tree.nthreads_changed(2.0, 6)
+    g1 = group(root, "a", memory=2)
+    g2 = group(child, "b", memory=3, erred=1, processing=0 if finished else 1)
+    g3 = group(child, "a", memory=4)
+    for g, (start, stop, nbytes) in zip(
+        (g1, g2, g3), ((2.0, 3.0, 10), (1.5, 4.0, 5), (0.0, 0.0, 7)), strict=True
+    ):
+        g.start, g.stop, g.nbytes_total = start, stop, nbytes
+        g.all_durations["compute"] = stop - start
+    g2.all_durations["transfer"] = 0.25
+    root.add_metrics(("execute", "a", "thread-cpu", "seconds"), 1.0)
+    child.add_metrics(("execute", "a", "thread-cpu", "seconds"), 0.5)
+    child.add_metrics(("execute", "b", "output", "bytes"), 99)
+    for span in (root, child):
+        s = summarize(span)
+        assert tuple(s[:8]) == by_properties(span)
+    s = summarize(root)
+    assert s.tasks_by_prefix == {"a": {"memory": 6}, "b": {"memory": 3, "erred": 1}} | (
+        {} if finished else {"b": {"memory": 3, "erred": 1, "processing": 1}}
+    )
+    assert s.nbytes_by_prefix == {"a": 17, "b": 5}
+    empty = tree.observe(ann(("e", "e1")), time=3.0)
+    assert tuple(summarize(empty)[:8]) == by_properties(empty)

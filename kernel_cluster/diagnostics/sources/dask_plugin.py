@@ -14,13 +14,13 @@ plugin does two things there:
 
 This module is pickled *by value*, so that a scheduler started elsewhere without
 this package can load it: it imports the standard library, ``distributed``/``dask``
-(which every Dask scheduler has), and two pure modules of this package's core that
-are pickled by value with it (``PICKLED_WITH``): core/span_folding.py (folding old
-default spans, as the engine's span tree does) and core/profile_tree.py (its
-``to_flat``, for profiles). Nothing else of ``kernel_cluster``. Reads that need the
-workers (profiles, their per-cycle counts, transfer logs) ask them concurrently,
-each answer bounded by a timeout, and leave out a worker that does not answer
-(killed, or stuck).
+(which every Dask scheduler has), and three pure modules of this package's core
+that are pickled by value with it (``PICKLED_WITH``): core/span_folding.py (folding
+old default spans, as the engine's span tree does), core/profile_tree.py (its
+``to_flat``, for profiles) and core/finished_log.py (the finished spans' log).
+Nothing else of ``kernel_cluster``. Reads that need the workers (profiles, their
+per-cycle counts, transfer logs) ask them concurrently, each answer bounded by a
+timeout, and leave out a worker that does not answer (killed, or stuck).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from typing import Any
 from dask.utils import key_split
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ...core import profile_tree, span_folding
+from ...core import finished_log, profile_tree, span_folding
+from ...core.finished_log import FinishedLog, by_prefix, children_first, root_of
 from ...core.profile_tree import to_flat
 from ...core.span_folding import (
     DEFAULT,
@@ -48,7 +49,7 @@ from ...core.span_folding import (
 
 # the modules pickled by value with this one (dask_source._by_value): pure, standard
 # library only (tests/dask/test_plugin_alone.py checks both)
-PICKLED_WITH = (span_folding, profile_tree)
+PICKLED_WITH = (span_folding, profile_tree, finished_log)
 
 NAME = "kernel-cluster-views"
 HANDLER = "kernel_cluster_views"
@@ -90,8 +91,7 @@ class ViewsPlugin(SchedulerPlugin):
         self._touched: set[str | None] = set()  # spans a task of which finished since
         self.fold_grace = FOLD_GRACE
         self._ending: set[str | None] = set()  # the same, for the finished-span log
-        self.finished: deque[str] = deque(maxlen=FINISHED_LENGTH)  # span ids, as they end
-        self.finished_count = 0  # entries ever logged
+        self.finished: FinishedLog[str] = FinishedLog(FINISHED_LENGTH)  # span ids, as they end
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -381,10 +381,9 @@ class ViewsPlugin(SchedulerPlugin):
                 candidates[node.id] = node
                 node = node.parent
         self._ending.clear()
-        for span in sorted(candidates.values(), key=_depth, reverse=True):
+        for span in children_first(candidates.values()):
             if span.done and any(True for _ in span.traverse_groups()):
                 self.finished.append(span.id)
-                self.finished_count += 1
 
     async def finished_spans(
         self, cursor: int = 0, timeout: float = 3.0
@@ -392,12 +391,7 @@ class ViewsPlugin(SchedulerPlugin):
         """``(cursor, missed, records)``: the spans logged as finished since ``cursor``,
         read after two heartbeats of every worker (their last tasks' metrics)."""
         self._collect_finished()
-        count = self.finished_count
-        first = count - len(self.finished)
-        if not 0 <= cursor <= count:
-            cursor = 0  # a cursor from another scheduler
-        missed = max(0, first - cursor)
-        ids = list(islice(self.finished, max(cursor, first) - first, None))
+        ids, count, missed = self.finished.since(cursor)  # another scheduler's cursor: 0
         if not ids:
             return count, missed, []
         await self._fresh(True, timeout)
@@ -405,32 +399,11 @@ class ViewsPlugin(SchedulerPlugin):
         workers = len(self.scheduler.workers)
         threads = int(self.scheduler.total_nthreads)
         out = []
-        for span_id in ids:
-            span = ext.spans.get(span_id)
-            if span is None:
-                continue
-            tasks: dict[str, dict[str, int]] = {}
-            nbytes: dict[str, int] = {}
-            for group in span.traverse_groups():
-                name = group.prefix.name
-                counts = tasks.setdefault(name, {})
-                for state, n in group.states.items():
-                    if n:
-                        counts[state] = counts.get(state, 0) + int(n)
-                nbytes[name] = nbytes.get(name, 0) + int(group.nbytes_total)
-            root = span
-            while root.parent is not None:
-                root = root.parent
-            out.append(
-                {
-                    "span": self._snapshot(span),
-                    "root": root.id,
-                    "tasks": tasks,
-                    "nbytes": nbytes,
-                    "workers": workers,
-                    "threads": threads,
-                }
-            )
+        for span in filter(None, map(ext.spans.get, ids)):  # (a span Dask forgot: None)
+            tasks, nbytes = by_prefix(span.traverse_groups())
+            snap = self._snapshot(span)
+            record = {"span": snap, "root": root_of(span).id, "tasks": tasks, "nbytes": nbytes}
+            out.append({**record, "workers": workers, "threads": threads})
         return count, missed, out
 
     def _snapshot(self, span: Any) -> dict[str, Any]:
@@ -601,15 +574,6 @@ class ViewsPlugin(SchedulerPlugin):
                 result = deserialize(result.header, result.frames)  # type: ignore[no-untyped-call]
             out[address] = result
         return out
-
-
-def _depth(span: Any) -> int:
-    depth = 0
-    node = span.parent
-    while node is not None:
-        depth += 1
-        node = node.parent
-    return depth
 
 
 def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, cast
 
+from ...core.span_summary import summarize
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
@@ -251,20 +252,29 @@ def snapshot_span(span: Span) -> SpanInfo:
 
 
 def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
-    """A finished span with its tasks and result bytes per task prefix (on the loop)."""
-    tasks: dict[str, dict[str, int]] = {}
-    nbytes: dict[str, int] = {}
-    for group in span.traverse_groups():
-        name = group.prefix.name
-        counts = tasks.setdefault(name, {})
-        for state, n in group.states.items():
-            if n:
-                counts[state] = counts.get(state, 0) + n
-        nbytes[name] = nbytes.get(name, 0) + group.nbytes_total
+    """A finished span with its tasks and result bytes per task prefix (on the loop:
+    one pass over its subtree, ``summarize``, as the recorder reads every span)."""
+    s = summarize(span)
     root = span
     while root.parent is not None:
         root = root.parent
-    return FinishedSpan(snapshot_span(span), root.id, tasks, nbytes, workers, threads)
+    info = SpanInfo(
+        id=span.id,
+        name=tuple(span.name),
+        parent=span.parent.id if span.parent is not None else None,
+        children=tuple(c.id for c in span.children),
+        enqueued=span.enqueued,
+        start=s.start,
+        stop=s.stop,
+        duration=sum(s.all_durations.values()),
+        nbytes_total=s.nbytes_total,
+        states=s.states,
+        done=s.done,
+        active_cpu_seconds=s.active_cpu_seconds,
+        metrics=s.metrics,
+        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
+    )
+    return FinishedSpan(info, root.id, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
 
 
 def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
