@@ -170,3 +170,30 @@ def test_an_unwritable_place_is_named_as_such(tmp_path):
     with pytest.raises(HistoryUnavailable, match="KERNEL_CLUSTER_HISTORY") as info:
         connect(blocker / "history.sqlite")
     assert info.value.reason == "unwritable"
+
+
+def test_tags_and_code_shared_by_spans_are_stored_for_each(path, monkeypatch):
+    """Spans made in a loop share their tags' and code's encoding (a bounded memo):
+    each span still reads back its own, and the memo never outgrows its bound."""
+    import dataclasses
+
+    monkeypatch.setattr(store, "_ENCODED_MAX", 3)
+    monkeypatch.setattr(store, "_encoded", {})
+    conn = connect(path)
+    row = store.add_session(conn, session())
+    frame = ("nb.py", 3, "<module>", "with span('a'):")
+    made = {}
+    for i in range(8):
+        tags = ("loop", f"s{i % 3}") if i % 2 else ("loop",)
+        code = ((frame,), (("nb.py", 10 + i % 2, "f", "x = 1"),)) if i < 6 else ()
+        record = finished(f"id{i}", tags)
+        record = dataclasses.replace(record, span=dataclasses.replace(record.span, code=code))
+        store.write_spans(conn, row, [record])
+        made[f"id{i}"] = (tags, code)
+        assert len(store._encoded) <= 3
+    for span_id, (tags, code) in made.items():
+        loaded = store.span_by_id(conn, span_id)
+        assert loaded is not None
+        assert tuple(loaded["tags"]) == tags
+        assert tuple(tuple(tuple(f) for f in stack) for stack in loaded["code"]) == code
+    conn.close()
