@@ -15,10 +15,9 @@
    reading, snapshotting and writing every span), and by part afterwards
    (``per_span_parts``: the snapshots on the engine loop's clock, the rows written
    on the writing thread's), over the engine's CPU per span with the history off:
-   the overhead accounted for, which a busy machine's noise does not hide. The process's CPU seconds per
-   run (every thread: the engine's loop and workers, the recorder, the final
-   write included) are compared too: on a busy machine they move less than wall
-   time, which waits for the other jobs.
+   the overhead accounted for, which a busy machine's noise does not hide. The
+   process's CPU seconds per run (every thread: the engine's loop and workers, the
+   recorder, the final write included) are compared too.
 2. Bytes per stored span: the history file's used pages (not counting free ones)
    over the spans stored, for spans of 1, 10 and 100 task prefixes (each prefix
    with the engine's usual metrics: thread-cpu, thread-noncpu, executor, other,

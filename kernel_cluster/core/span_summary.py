@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 from .metrics import add_metrics
-from .scheduler_tasks import ALL_STATES
+from .scheduler_tasks import ALL_STATES, TaskGroup
 from .span_folding import with_idle
 from .spans import Span
 
@@ -38,7 +38,7 @@ def summarize(span: Span) -> SpanSummary:
     if type(span) is not Span:
         raise TypeError(f"summarize() reads a plain Span, not a {type(span).__name__}")
     metrics: dict[tuple[Any, ...], float] = {}
-    groups = []
+    groups: list[TaskGroup] = []
     for node in span.traverse_spans():
         add_metrics(metrics, node._metrics)
         groups.extend(node.groups)
