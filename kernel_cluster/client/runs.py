@@ -15,7 +15,6 @@ import functools
 from typing import Any
 
 from ..diagnostics import attach as attaching
-from ..diagnostics.history import compare as comparing
 from ..diagnostics.history import recorder
 from ..diagnostics.source import Diagnosable, DiagnosticsSource
 from ..engine.cluster import KernelCluster
@@ -59,4 +58,6 @@ def compare(a: Any, b: Any, client: Diagnosable | None = None, unit: str | None 
     hold both runs' summaries and the one-line ``verdict``. ``unit=None``: every unit.
     See ``kernel_cluster.diagnostics.history.compare``."""
     source = attaching.source_of(client) if client is not None else default_or_none()
+    from ..diagnostics.history import compare as comparing  # numpy and pandas, when used
+
     return comparing.compare(a, b, source, unit=unit)

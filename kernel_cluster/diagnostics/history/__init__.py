@@ -25,12 +25,30 @@ Where each part lives, along the layers:
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from . import settings as _settings
-from .compare import Comparison
 from .settings import HistorySettings
-from .stored import HistoryOff, StoredRun, load, runs_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .compare import Comparison
+    from .stored import HistoryOff, StoredRun
+
+# `import kernel_cluster` (in a kernel, and in every worker process) must not import
+# pandas and numpy: the reading and comparing modules load when first used
+_LAZY = {"Comparison": "compare", "HistoryOff": "stored", "StoredRun": "stored"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
 
 __all__ = [
     "Comparison",
@@ -54,10 +72,14 @@ class History:
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
         ):
             raise ValueError(f"limit={limit!r}: give how many of the latest runs, an int >= 1.")
+        from .stored import runs_frame
+
         return runs_frame(limit, name)
 
     def load(self, ref: str) -> StoredRun:
         """A stored span by id, ``name@-k`` (the k-th latest of that name) or name."""
+        from .stored import load
+
         return load(ref)
 
     def configure(self, **changes: object) -> HistorySettings:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...core.profile_tree import Tree
 from ...core.spans import FOLDED_ID, is_default_span_id
@@ -46,11 +46,13 @@ from ..attach import source_of
 from ..feeds.profile_codec import clean_timeline, static_profiles
 from ..feeds.tables import MetricsFeed, RecordsFeed, progress_records, span_records
 from ..feeds.task_stream import TaskStreamFeed
-from ..history import compare as comparing
 from ..queries.memory_sampler import Periodic
 from ..queries.profile import profile, profile_metadata
 from ..snapshots import Metrics, SpanInfo, TaskStreamRecord, TransferLogs
 from ..source import Diagnosable, DiagnosticsSource
+
+if TYPE_CHECKING:
+    from ..history import compare as comparing
 
 T = TypeVar("T")
 
@@ -90,7 +92,9 @@ class performance_report:
         check_writable(self.filename)  # before the work runs, not after it
         self.source = src = source_of(self.client)
         if self.compare_to is not None:  # a run that names nothing fails now, not after
-            self._baseline = comparing.resolve(self.compare_to, src)
+            from ..history import compare  # numpy and pandas: only when a report compares
+
+            self._baseline = compare.resolve(self.compare_to, src)
         frame = sys._getframe(self.stacklevel)
         self._code = _block_source(frame.f_code.co_filename, frame.f_lineno)
         self._filename = frame.f_code.co_filename
@@ -135,10 +139,12 @@ class performance_report:
             lambda: transfers(src.transfer_logs(), since=self._wall0, until=time.time())
         )
         if self._baseline is not None:
-            block = comparing.side_of_metrics(
+            from ..history import compare
+
+            block = compare.side_of_metrics(
                 metrics, "report", self.title, self._wall0, self._wall0 + duration
             )
-            sections["compare"] = comparing.Comparison(self._baseline, block).to_data()
+            sections["compare"] = compare.Comparison(self._baseline, block).to_data()
         functions = {k[2] for k in metrics if k[0] == "execute" and len(k) == 5 and k[2]}
         progress = {p: st for p, st in (_try(src.progress) or {}).items() if p in functions}
         summary = {
