@@ -118,6 +118,28 @@ class CancelledTasksEnded:
 
 
 @dataclass(slots=True)
+class CancelledTasksRunning:
+    """Of the tasks freed while processing on ``worker``, these were running on its task
+    threads, and go on until they end (``CancelledTasksEnded`` then)."""
+
+    worker: str
+    keys: list[Key]
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class TaskSeceded:
+    """The thread running ``key`` on ``worker`` waits for other tasks and gave its slot
+    back (``secede``): the task still runs there, but no longer fills a thread."""
+
+    key: Key
+    worker: str
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
 class ClientReleasedKeys:
     client: str
     keys: list[Key]
@@ -256,5 +278,7 @@ SchedulerEvent = (
     | WorkerRemoved
     | WorkerPauseChanged
     | CancelledTasksEnded
+    | CancelledTasksRunning
+    | TaskSeceded
 )
 SchedulerInstruction = ComputeTask | FreeKeys | ReportKey | ClusterBusy

@@ -124,6 +124,7 @@ class WorkerRecord:
         "ahead_blocked",
         "ending",
         "has_what",
+        "long_running",
         "memory_limit",
         "n_ending",
         "name",
@@ -131,6 +132,7 @@ class WorkerRecord:
         "nthreads",
         "paused",
         "processing",
+        "running_cancelled",
         "saturation_limit",
     )
 
@@ -154,6 +156,23 @@ class WorkerRecord:
         # the worker counts as that much busier (``n_ending`` in all) when tasks are placed
         self.ending: dict[Key, int] = {}
         self.n_ending = 0
+        # of those, the ones the worker said were running on a task thread: with as many
+        # as it has threads, nothing processing there can start (it is taken back)
+        self.running_cancelled: set[Key] = set()
+        # tasks processing here whose thread waits for other tasks (``secede``): they
+        # run on, but fill no thread, so other tasks go in their place
+        self.long_running: set[TaskState] = set()
+
+    @property
+    def free_threads(self) -> int:
+        """Threads not taken by a task freed while it ran (it still runs there)."""
+        free = self.nthreads - self.n_ending
+        return free if free > 0 else 0
+
+    @property
+    def occupancy(self) -> int:
+        """Tasks processing here that fill a thread or wait for one."""
+        return len(self.processing) - len(self.long_running)
 
     def __repr__(self) -> str:
         paused = " paused" if self.paused else ""

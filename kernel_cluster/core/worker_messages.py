@@ -175,6 +175,26 @@ class SendCancelledTasksEnded:
     stimulus_id: str = ""
 
 
+@dataclass(slots=True)
+class SendCancelledTasksRunning:
+    """Tasks freed while processing here were running on a task thread, and still are
+    (a thread cannot be interrupted): each takes its thread until it ends."""
+
+    op: ClassVar[str] = "tasks-still-running"
+    keys: list[Key]
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class SendTaskSeceded:
+    """The thread running ``key`` gave its slot back while it waits (``secede``): the
+    task goes on, but another task may run in its place."""
+
+    op: ClassVar[str] = "task-seceded"
+    key: Key
+    stimulus_id: str = ""
+
+
 WorkerEvent = (
     ComputeRequested
     | FreeKeysRequested
@@ -193,4 +213,6 @@ WorkerInstruction = (
     | SendReplicasAdded
     | SendDependencyUnavailable
     | SendCancelledTasksEnded
+    | SendCancelledTasksRunning
+    | SendTaskSeceded
 )

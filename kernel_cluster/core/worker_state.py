@@ -40,6 +40,7 @@ from .worker_messages import (
     GatherDepSucceeded,
     PauseChanged,
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
@@ -273,8 +274,10 @@ class WorkerState:
     def _free_running(self, keys: list[Key]) -> None:
         """Free tasks the scheduler had processing here; it counts each as taking a
         thread until told otherwise: at once for those not executing, at their end for
-        the others."""
+        the others, which it is told are still running (the shell withdraws a task
+        handed to the pool but not started before this, see Worker._withdraw)."""
         ended = []
+        running = []
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
@@ -284,10 +287,13 @@ class WorkerState:
             self._release(ts)
             if ts.state == "executing":
                 ts.end_awaited = True
+                running.append(key)
             else:
                 ended.append(key)
         if ended:
             self._out.append(SendCancelledTasksEnded(ended, self._stimulus_id))
+        if running:
+            self._out.append(SendCancelledTasksRunning(running, self._stimulus_id))
 
     def _release(self, ts: WorkerTask) -> None:
         state = ts.state

@@ -69,6 +69,7 @@ class KernelCluster:
         allowed_failures: int = 3,
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
+        cancelled_task_timeout: float | None = None,
         task_stream_length: int = 100_000,
         worker_config: WorkerConfig | None = None,
         **settings: Unpack[WorkerSettings],
@@ -130,6 +131,7 @@ class KernelCluster:
                     self._worker_counter,
                     lambda: self.status,
                     worker_start_timeout,
+                    cancelled_task_timeout,
                 )
                 nanny.target = n_workers
                 self.server = nanny.server = SchedulerServer(
@@ -142,6 +144,7 @@ class KernelCluster:
                 self.scheduler.running_source = nanny.running_on
                 self.loop_thread.run(self.server.start)
                 self.loop_thread.run(nanny.spawn_many, n_workers)
+                self.loop_thread.run(nanny.start_watching)
             else:
                 for _ in range(n_workers):
                     self.loop_thread.run(self._start_worker)

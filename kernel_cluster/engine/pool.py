@@ -51,7 +51,8 @@ class TaskThreadPool:
             t.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on a free thread; its return value lands in ``done``."""
+        """Run ``fn(*args)`` on a free thread; its return value lands in ``done``
+        (unless it is None)."""
         self._put((fn, args))
 
     def _put(self, item: Any) -> None:
@@ -107,7 +108,8 @@ class TaskThreadPool:
                 # let go of the task's inputs and result before the next task or a sleep:
                 # locals here would keep them alive after the worker released them
                 item = fn = args = None
-                self.emit(result)
+                if result is not None:  # None: the work was withdrawn, nothing to say
+                    self.emit(result)
                 result = None
         finally:
             _task_threads.discard(me)

@@ -17,6 +17,7 @@ from ..core.keys import Key
 from ..core.metrics import add_metrics
 from ..core.scheduler_messages import (
     CancelledTasksEnded,
+    CancelledTasksRunning,
     ClientAdded,
     ClientCancelledKeys,
     ClientRemoved,
@@ -31,6 +32,7 @@ from ..core.scheduler_messages import (
     ResultUnserializable,
     TaskErred,
     TaskFinished,
+    TaskSeceded,
     WorkerAdded,
     WorkerPauseChanged,
     WorkerRemoved,
@@ -40,10 +42,12 @@ from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from ..core.worker_messages import (
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    SendTaskSeceded,
 )
 from .plugins import PluginSet, SchedulerPlugin
 from .task_stream_plugin import TaskStreamPlugin
@@ -306,6 +310,10 @@ class Scheduler:
                 events.append(ReplicasAdded(address, msg.keys, msg.nbytes, msg.stimulus_id, now))
             elif t is SendCancelledTasksEnded:
                 events.append(CancelledTasksEnded(address, msg.keys, msg.stimulus_id, now))
+            elif t is SendCancelledTasksRunning:
+                events.append(CancelledTasksRunning(address, msg.keys, msg.stimulus_id, now))
+            elif t is SendTaskSeceded:
+                events.append(TaskSeceded(msg.key, address, msg.stimulus_id, now))
             elif t is ResultUnsendable:
                 events.append(
                     ResultUnserializable(

@@ -31,10 +31,12 @@ from typing import Any, ClassVar
 from ..core.scheduler_messages import ClusterBusy, ComputeTask, ComputeTaskAlone, FreeKeys
 from ..core.worker_messages import (
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    SendTaskSeceded,
 )
 
 __all__ = ["MESSAGES", "NOT_SENT", "WireError", "decode", "decode_batch", "encode", "encode_batch"]
@@ -188,6 +190,8 @@ MESSAGES: tuple[type, ...] = (
     SendReplicasAdded,
     SendDependencyUnavailable,
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
+    SendTaskSeceded,
     Heartbeat,
     WorkerPaused,
     ResultUnsendable,

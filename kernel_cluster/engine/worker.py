@@ -15,6 +15,7 @@ the scheduler); neither is on a task's path.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
@@ -37,6 +38,7 @@ from ..core.worker_messages import (
     ExecuteSucceeded,
     GatherDep,
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
@@ -135,6 +137,14 @@ class Worker:
         # after) is dropped when the loop handles the key's outcome, and the task is
         # then made ready the usual way. Empty unless chains are running.
         self._follow: dict[Key, Any] = {}
+        # tasks handed to the pool and not started yet: claim number -> key. The task
+        # thread that starts one pops its claim first; the loop may pop it before, to
+        # withdraw a task freed while it waited in the pool (``_withdraw``): one of the
+        # two gets it, so a withdrawn task never starts and a started one is never
+        # reported as not having started.
+        self._claims: dict[int, Key] = {}
+        self._claim_of: dict[Key, int] = {}
+        self._claim_numbers = itertools.count()
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
         self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
@@ -266,7 +276,10 @@ class Worker:
         events = []
         for msg in msgs:
             t = type(msg)
-            if t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
+            if t is FreeKeys and msg.running:
+                self._withdraw(msg.keys, events)
+                events.append(msg)
+            elif t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
                 events.append(msg)
             elif t is HeartbeatReply:
                 self._learn_clock_offset(msg)
@@ -339,11 +352,27 @@ class Worker:
         if self._closed:
             return
         events = self.pool.drain()
+        claim_of = self._claim_of
+        for ev in events:
+            claim_of.pop(ev.key, None)
         follow = self._follow
         if follow:  # offers their thread did not take
             for ev in events:
                 follow.pop(ev.key, None)
         self.handle(*events)
+
+    def _withdraw(self, keys: list[Key], events: list) -> None:
+        """Of ``keys`` (freed while processing here), take back those handed to the pool
+        that no thread has started: they end now (``ExecuteSkipped``, before the free),
+        so the scheduler is told at once that they take no thread. A task that waits
+        in the pool behind one that never ends would otherwise count as running."""
+        claims, claim_of = self._claims, self._claim_of
+        for key in keys:
+            number = claim_of.get(key)
+            if number is not None and claims.pop(number, None) is not None:
+                del claim_of[key]
+                self._follow.pop(key, None)
+                events.append(ExecuteSkipped(key))
 
     # -- fine performance metrics -----------------------------------------------------
 
@@ -405,7 +434,11 @@ class Worker:
                 self._offer_after(inst)
             elif t is GatherDep:
                 self._spawn(self.transfers.gather_dep(inst))
-            elif t is SendReplicasAdded or t is SendDependencyUnavailable:
+            elif (
+                t is SendReplicasAdded
+                or t is SendDependencyUnavailable
+                or t is SendCancelledTasksRunning
+            ):
                 msgs.append(inst)
             elif t is SendCancelledTasksEnded:
                 if ended is None:  # one message for the batch (a cancel frees one key a go)
@@ -432,7 +465,10 @@ class Worker:
             inputs = {d.key: data[d.key] for d in ts.dependencies}
         else:  # read on the task thread: unspilling is part of the task's time
             inputs = partial(_read_inputs, self.data, [d.key for d in ts.dependencies])
-        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted)
+        number = next(self._claim_numbers)
+        self._claims[number] = key
+        self._claim_of[key] = number
+        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted, number)
 
     def _offer_after(self, inst: ExecuteAfter) -> None:
         """Offer ``inst.key`` to the thread running ``inst.after`` (see ``_run``). One
@@ -445,10 +481,19 @@ class Worker:
         self._follow.setdefault(inst.after, (inst.key, ts.spec, others, ts.annotation))
 
     def _run(
-        self, key: Key, spec: Any, inputs: Any, annotation: dict | None, submitted: float
+        self,
+        key: Key,
+        spec: Any,
+        inputs: Any,
+        annotation: dict | None,
+        submitted: float,
+        claim: int,
     ) -> Any:
         """On a task thread: run the task, then, while one was offered (``_offer_after``),
-        the task waiting on nothing but its result, without waiting for the loop."""
+        the task waiting on nothing but its result, without waiting for the loop.
+        Nothing (None) for a task withdrawn before it started (``_withdraw``)."""
+        if self._claims.pop(claim, None) is None:
+            return None
         ev = self._run_one(key, spec, inputs, annotation, submitted)
         follow = self._follow
         while follow and type(ev) is ExecuteSucceeded:
