@@ -15,7 +15,15 @@ import weakref
 from typing import Any, TypedDict, Unpack
 
 from .comm import new_secret, write_secret_file
-from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
+from .config import (
+    PER_WORKER,
+    WorkerConfig,
+    check_cluster_settings,
+    check_process_memory,
+    make_local_directory,
+    parse_bytes,
+    parse_memory_limit,
+)
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
@@ -81,12 +89,42 @@ class KernelCluster:
         None and "auto". With ``local_directory``, the cluster's directory (workers'
         spill files, the token) is made in it rather than in the system's temporary
         directory.
+
+        The scheduler's: ``worker_saturation`` (tasks without inputs sent to a worker
+        per thread before the rest wait on the scheduler; inf: all at once),
+        ``queue_seconds``, ``allowed_failures`` (worker deaths a task may be running at
+        before it fails with KilledWorker), ``task_stream_length``; worker processes':
+        ``death_timeout`` (seconds without a heartbeat before a worker is removed),
+        ``worker_start_timeout``, and ``cancelled_task_timeout`` (None, the default: a
+        task cancelled while it runs goes on to its end, taking its thread, which gets
+        no new work meanwhile; a number of seconds: a worker process where such a task
+        still runs that long after is restarted). A bad value fails here with a
+        ValueError naming the setting, before anything starts.
         """
-        if not isinstance(n_workers, int) or n_workers < 0:
-            raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
+        checked = check_cluster_settings(
+            n_workers=n_workers,
+            processes=processes,
+            worker_saturation=worker_saturation,
+            queue_seconds=queue_seconds,
+            allowed_failures=allowed_failures,
+            death_timeout=death_timeout,
+            worker_start_timeout=worker_start_timeout,
+            task_stream_length=task_stream_length,
+            cancelled_task_timeout=cancelled_task_timeout,
+        )
         self.worker_config = _worker_config(
             n_workers, threads_per_worker, memory_limit, worker_config, settings
         )
+        if processes:
+            check_process_memory(memory_limit, self.worker_config.memory_limit)
+        root = self.worker_config.local_directory
+        if root is not None:
+            make_local_directory(root)
+        worker_saturation = checked["worker_saturation"]
+        queue_seconds = checked["queue_seconds"]
+        death_timeout = checked["death_timeout"]
+        worker_start_timeout = checked["worker_start_timeout"]
+        cancelled_task_timeout = checked["cancelled_task_timeout"]
         self.id = next(_cluster_ids)
         self.name = f"KernelCluster-{self.id}"
         self.processes = processes
@@ -95,9 +133,6 @@ class KernelCluster:
         self._lock = threading.Lock()
         self._worker_counter = itertools.count()
         self.secret = new_secret()
-        root = self.worker_config.local_directory
-        if root is not None:
-            os.makedirs(root, exist_ok=True)
         sweep_stale_directories(root)  # left by kernels that were killed
         self.local_directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
         write_owner_file(self.local_directory)
