@@ -11,6 +11,7 @@ import functools
 import itertools
 import numbers
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -484,7 +485,9 @@ class Client:
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
         return rebuild(futures, data)
 
-    def _gather_keys(self, keys: list[Key]) -> dict:
+    def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict:
+        """The values of ``keys``; ``timeout``: seconds to wait for values being computed
+        again (their worker died), then TimeoutError."""
         if self.status != "running":
             raise RuntimeError(
                 f"Cannot fetch the result of {keys[0]!r}: {self.id} is closed, and the results "
@@ -492,7 +495,13 @@ class Client:
                 "or compute it again with a new Client()."
             )
         self._check_running()
-        data, missing = self._loop.run(self._scheduler.gather, keys)
+        if timeout is None:
+            data, missing = self._loop.run(self._scheduler.gather, keys)
+        else:  # the engine's own answer says why; ours only if its loop is stalled
+            deadline = time.monotonic() + timeout
+            data, missing = self._loop.run(
+                self._scheduler.gather, keys, deadline, timeout=timeout + 1.0
+            )
         if missing:
             with self._lock:
                 erred = [self._futures.states.get(k) for k in missing]

@@ -55,7 +55,7 @@ class FutureOwner(Protocol):
     def _inc_ref(self, key: Key) -> None: ...
     def _dec_ref(self, key: Key) -> None: ...
     def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
-    def _gather_keys(self, keys: list[Key]) -> dict: ...
+    def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict: ...
     def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
     def cancel(self, futures: Future | Iterable[Future]) -> None: ...
 
@@ -186,13 +186,16 @@ class Future:
         A ``TimeoutError`` leaves the task running.
         """
         try:
+            check_timeout(timeout)
+            deadline = None if timeout is None else time.monotonic() + timeout
             self.client._wait_for(self._state, self.key, timeout)
             status = self._state.status
             if status == "error":
                 raise task_error(self._state)
             if status == "cancelled":
                 raise _cancelled(self._state, self.key)
-            return self.client._gather_keys([self.key])[self.key]
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            return self.client._gather_keys([self.key], left)[self.key]
         finally:
             # A raised task error keeps this frame in its traceback, and the error object
             # is shared with the scheduler: holding the future here would keep its key

@@ -27,6 +27,7 @@ from typing import Any
 from .blame import running_tasks
 from .keys import Key, key_group, key_split
 from .lazysets import EMPTY
+from .restrictions import NoValidWorkerError, NoWorkerTimedOut, ReportNoWorker, none_present
 from .scheduler_messages import (
     CancelledTasksEnded,
     CancelledTasksRunning,
@@ -129,7 +130,11 @@ class SchedulerState:
         self.queue_seconds = queue_seconds
         self.allowed_failures = allowed_failures
         self.queued: list[tuple[tuple[Any, ...], TaskState]] = []  # heap; stale entries skipped
-        self.unrunnable: set[TaskState] = set()  # restricted to workers that are gone
+        # restricted to workers that are paused, busy with cancelled tasks or gone (the
+        # task is then ``no-worker``, and its spell's mark is in ``no_worker``)
+        self.unrunnable: set[TaskState] = set()
+        self.no_worker: dict[TaskState, int] = {}
+        self._no_worker_marks = 0
         self.generation = 0
         self._task_counter = 0  # makes priorities unique: heaps never compare tasks
         self.total_nthreads = 0
@@ -376,11 +381,41 @@ class SchedulerState:
         return min(int(self.queue_seconds / max(avg, 1e-6)), MAX_EXTRA_SLOTS)
 
     def _queue(self, ts: TaskState) -> None:
-        self._set_state(ts, "queued")
-        if ts.worker_restrictions is not None and not ts.loose_restrictions:
+        restrictions = ts.worker_restrictions
+        if restrictions is not None and not ts.loose_restrictions:
             self.unrunnable.add(ts)
+            if none_present(restrictions, self.workers):
+                self._no_worker(ts)
+            else:
+                self._set_state(ts, "queued")
         else:
+            self._set_state(ts, "queued")
             heapq.heappush(self.queued, (ts.priority, ts))
+
+    def _no_worker(self, ts: TaskState) -> None:
+        """``ts`` may only run on workers none of which is here (core/restrictions.py)."""
+        self._set_state(ts, "no-worker")
+        self._no_worker_marks += 1
+        mark = self.no_worker[ts] = self._no_worker_marks
+        assert ts.worker_restrictions is not None
+        self._instructions.append(
+            ReportNoWorker([(ts.key, mark)], ts.worker_restrictions, self._stimulus_id)
+        )
+
+    def _leave_unrunnable(self, ts: TaskState) -> None:
+        self.unrunnable.discard(ts)
+        if self.no_worker:
+            self.no_worker.pop(ts, None)
+
+    def _handle_no_worker_timed_out(self, ev: NoWorkerTimedOut) -> None:
+        for key, mark in ev.keys:
+            ts = self.tasks.get(key)
+            if ts is None or ts.state != "no-worker" or self.no_worker.get(ts) != mark:
+                continue
+            self._leave_unrunnable(ts)
+            assert ts.worker_restrictions is not None
+            err = NoValidWorkerError(ts.key, ts.worker_restrictions, ev.timeout)
+            self._set_erred(ts, err, None, ts, ev)
 
     def _send(self, ts: TaskState, ws: WorkerRecord) -> None:
         self._set_state(ts, "processing")
@@ -538,7 +573,7 @@ class SchedulerState:
             return
         for ts in list(self.unrunnable):
             if ts.worker_restrictions and ws.address in ts.worker_restrictions:
-                self.unrunnable.discard(ts)
+                self._leave_unrunnable(ts)
                 self._set_state(ts, "waiting")
                 self._ready.append(ts)
 
@@ -682,6 +717,8 @@ class SchedulerState:
             if ws is not None:  # a dependent running elsewhere: stop it
                 self._stop_processing(ts, ws)
                 self._refill(ws)
+            elif ts.state == "queued" or ts.state == "no-worker":
+                self._leave_unrunnable(ts)
             for dts in ts.waiting_on:
                 dts.discard_waiter(ts)
             ts.waiting_on = EMPTY
@@ -799,8 +836,8 @@ class SchedulerState:
                     ws.nbytes -= ts.nbytes
                     self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
                 ts.who_has = EMPTY
-            elif state == "queued":
-                self.unrunnable.discard(ts)
+            elif state == "queued" or state == "no-worker":
+                self._leave_unrunnable(ts)
             elif state == "erred":
                 ts.exception = ts.traceback = ts.exception_blame = None
             if state in PENDING_STATES:
@@ -927,7 +964,7 @@ class SchedulerState:
         self.spans.nthreads_changed(ev.time, self.total_nthreads)
         for ts in list(self.unrunnable):
             if ts.worker_restrictions and ev.address in ts.worker_restrictions:
-                self.unrunnable.discard(ts)
+                self._leave_unrunnable(ts)
                 self._set_state(ts, "waiting")
                 self._ready.append(ts)
         self._refill(ws)
@@ -964,12 +1001,22 @@ class SchedulerState:
                 self._requeue_waiting(ts)
         for ts in list(ws.has_what):
             self._drop_replica(ts, ws)
+        # tasks held back for workers that are all gone now cannot run
+        for ts in sorted(self.unrunnable):
+            restrictions = ts.worker_restrictions
+            if (
+                ts.state == "queued"
+                and not ts.loose_restrictions
+                and restrictions is not None
+                and none_present(restrictions, self.workers)
+            ):
+                self._no_worker(ts)
         if not self.workers:
             return
         # tasks stuck behind restrictions to a dead worker may be allowed elsewhere
         for ts in list(self.unrunnable):
             if ts.loose_restrictions:
-                self.unrunnable.discard(ts)
+                self._leave_unrunnable(ts)
                 self._set_state(ts, "waiting")
                 self._ready.append(ts)
 
@@ -1076,6 +1123,10 @@ class SchedulerState:
             assert ws.long_running <= ws.processing, ws
             for ts in ws.has_what:
                 assert ws in ts.who_has, ts
+        for ts in self.unrunnable:
+            assert ts.state in ("queued", "no-worker"), ts
+        for ts in self.no_worker:
+            assert ts.state == "no-worker" and ts in self.unrunnable, ts
         for cs in self.clients.values():
             for ts in cs.wants_what:
                 assert cs in ts.who_wants
@@ -1107,4 +1158,5 @@ class SchedulerState:
         CancelledTasksEnded: _handle_cancelled_tasks_ended,
         CancelledTasksRunning: _handle_cancelled_tasks_running,
         TaskSeceded: _handle_task_seceded,
+        NoWorkerTimedOut: _handle_no_worker_timed_out,
     }

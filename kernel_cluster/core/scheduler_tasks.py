@@ -14,18 +14,19 @@ from .keys import Key
 from .lazysets import EMPTY, added, discarded
 
 TaskStateName = Literal[
-    "released", "waiting", "queued", "processing", "memory", "erred", "forgotten"
+    "released", "waiting", "queued", "no-worker", "processing", "memory", "erred", "forgotten"
 ]
 ALL_STATES: tuple[TaskStateName, ...] = (
     "released",
     "waiting",
     "queued",
+    "no-worker",  # restricted to workers that are not there (core/restrictions.py)
     "processing",
     "memory",
     "erred",
     "forgotten",
 )
-PENDING_STATES = frozenset({"waiting", "queued", "processing"})
+PENDING_STATES = frozenset({"waiting", "queued", "no-worker", "processing"})
 
 
 class _Aggregate:
@@ -69,7 +70,7 @@ class _Aggregate:
     def done(self) -> bool:
         """Every task is finished one way or another (nothing waiting or running)."""
         s = self.states
-        return not (s["waiting"] or s["queued"] or s["processing"])
+        return not (s["waiting"] or s["queued"] or s["no-worker"] or s["processing"])
 
 
 class TaskPrefix(_Aggregate):

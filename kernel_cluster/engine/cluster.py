@@ -78,6 +78,7 @@ class KernelCluster:
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
         cancelled_task_timeout: float | None = None,
+        no_workers_timeout: float | None = 30.0,
         task_stream_length: int = 100_000,
         worker_config: WorkerConfig | None = None,
         **settings: Unpack[WorkerSettings],
@@ -98,8 +99,11 @@ class KernelCluster:
         ``worker_start_timeout``, and ``cancelled_task_timeout`` (None, the default: a
         task cancelled while it runs goes on to its end, taking its thread, which gets
         no new work meanwhile; a number of seconds: a worker process where such a task
-        still runs that long after is restarted). A bad value fails here with a
-        ValueError naming the setting, before anything starts.
+        still runs that long after is restarted). ``no_workers_timeout`` (30 s): how
+        long a task restricted to workers that are not there (``workers=[...]``, a
+        worker that died) waits in the state ``no-worker`` for one of them to join
+        before it fails with NoValidWorkerError (None: for ever). A bad value fails
+        here with a ValueError naming the setting, before anything starts.
         """
         checked = check_cluster_settings(
             n_workers=n_workers,
@@ -111,6 +115,7 @@ class KernelCluster:
             worker_start_timeout=worker_start_timeout,
             task_stream_length=task_stream_length,
             cancelled_task_timeout=cancelled_task_timeout,
+            no_workers_timeout=no_workers_timeout,
         )
         self.worker_config = _worker_config(
             n_workers, threads_per_worker, memory_limit, worker_config, settings
@@ -150,6 +155,7 @@ class KernelCluster:
                 queue_seconds=queue_seconds,
                 allowed_failures=allowed_failures,
                 task_stream_length=task_stream_length,
+                no_workers_timeout=checked["no_workers_timeout"],
             )
         )
         self.server: SchedulerServer | None = None

@@ -322,6 +322,7 @@ def check_cluster_settings(
     worker_start_timeout: Any,
     task_stream_length: Any,
     cancelled_task_timeout: Any,
+    no_workers_timeout: Any,
 ) -> dict[str, Any]:
     """KernelCluster's settings that are not the workers': ValueError naming the first
     bad one, its value and what it accepts; otherwise the values, numbers of seconds
@@ -370,6 +371,14 @@ def check_cluster_settings(
             )
         cancelled_task_timeout = float(cancelled_task_timeout)
     out["cancelled_task_timeout"] = cancelled_task_timeout
+    if no_workers_timeout is not None:
+        if not _number(no_workers_timeout) or not 0 < no_workers_timeout < math.inf:
+            raise ValueError(
+                "no_workers_timeout must be a positive number of seconds or None (wait for "
+                f"ever), got {no_workers_timeout!r}."
+            )
+        no_workers_timeout = float(no_workers_timeout)
+    out["no_workers_timeout"] = no_workers_timeout
     return out
 
 
@@ -399,9 +408,7 @@ def make_local_directory(path: str) -> None:
 
 def _number(value: Any) -> bool:
     """A real number (not a bool, not NaN)."""
-    return (
-        not isinstance(value, bool) and isinstance(value, int | float) and value == value  # noqa: PLR0124
-    )
+    return not isinstance(value, bool) and isinstance(value, int | float) and value == value
 
 
 # -- memory sizes -----------------------------------------------------------------------

@@ -149,7 +149,9 @@ class LoopThread:
         self.loop.call_soon_threadsafe(start, context=contextvars.Context())
         try:
             return future.result(timeout)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:  # concurrent.futures' is the builtin, as ``fn``'s own may be
+            if future.done():
+                raise  # ``fn`` itself raised it
             raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
 
     def stop(self, timeout: float = 10) -> None:

@@ -8,6 +8,7 @@ Everything here runs on the engine's loop thread.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 
 from ..core.keys import Key
 from ..core.metrics import add_metrics
+from ..core.restrictions import NoWorkerTimedOut, ReportNoWorker
 from ..core.scheduler_messages import (
     CancelledTasksEnded,
     CancelledTasksRunning,
@@ -82,8 +84,11 @@ class Scheduler:
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         task_stream_length: int = 100_000,
+        no_workers_timeout: float | None = 30.0,
         clock: Callable[[], float] = time.time,
     ):
+        """``no_workers_timeout``: seconds a task restricted to workers that are not
+        there waits for one of them to join before it fails (None: for ever)."""
         self.spans = SpanTree(now=clock)
         self.extensions = {"spans": self.spans}  # where the seed finds them
         self.state = SchedulerState(
@@ -112,6 +117,9 @@ class Scheduler:
         self.worker_metrics: dict[tuple, float] = {}
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
+        self.no_workers_timeout = no_workers_timeout
+        self._no_worker_timers: dict[int, asyncio.TimerHandle] = {}
+        self._timer_numbers = itertools.count()
         self.cumulative_worker_metrics: dict[tuple, float] = {}
 
     # -- plugins -----------------------------------------------------------------------
@@ -159,6 +167,9 @@ class Scheduler:
                 self.plugins.failed(plugin, "transition")
 
     def close(self) -> None:
+        for timer in self._no_worker_timers.values():
+            timer.cancel()
+        self._no_worker_timers.clear()
         self.plugins.call_all("close")
 
     # -- membership -------------------------------------------------------------------
@@ -342,6 +353,7 @@ class Scheduler:
     def _route(self, instructions: list) -> None:
         to_workers: dict[str, list] = {}
         to_clients: dict[str, list[ReportKey]] = {}
+        no_worker: dict[frozenset[str], list] | None = None
         for inst in instructions:
             t = type(inst)
             if t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
@@ -363,6 +375,14 @@ class Scheduler:
             elif t is ClusterBusy:
                 for msgs in [to_workers.setdefault(a, []) for a in self.worker_channels]:
                     msgs.append(inst)
+            elif t is ReportNoWorker:
+                if no_worker is None:
+                    no_worker = {}
+                no_worker.setdefault(inst.workers, []).extend(inst.keys)
+            else:
+                raise TypeError(f"The scheduler shell does not know the instruction {inst!r}")
+        if no_worker:
+            self._report_no_worker(no_worker)
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():
             handler = self.client_handlers.get(client_id)
@@ -372,6 +392,41 @@ class Scheduler:
             channel = self.worker_channels.get(address)
             if channel is not None:
                 channel.send(msgs)
+
+    def _report_no_worker(self, batches: dict[frozenset[str], list]) -> None:
+        """Warn about tasks that may only run on workers that are not there, and fail
+        those still waiting after ``no_workers_timeout`` (core/restrictions.py)."""
+        timeout = self.no_workers_timeout
+        for workers, keys in batches.items():
+            first = keys[0][0]
+            more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+            then = (
+                f"they fail in {timeout:g} s (no_workers_timeout) unless one joins"
+                if timeout is not None
+                else "they wait until one joins (no_workers_timeout=None)"
+            )
+            logger.warning(
+                "Task %r%s may only run on %s, none of which is a worker of this cluster "
+                "(state no-worker); %s",
+                first,
+                more,
+                ", ".join(sorted(workers)),
+                then,
+            )
+            if timeout is None:
+                continue
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # driven without a loop (tests of the shell): no timer
+                continue
+            number = next(self._timer_numbers)
+            self._no_worker_timers[number] = loop.call_later(
+                timeout, self._no_worker_timed_out, number, keys, timeout
+            )
+
+    def _no_worker_timed_out(self, number: int, keys: list, timeout: float) -> None:
+        self._no_worker_timers.pop(number, None)
+        self.handle(NoWorkerTimedOut(keys, timeout, self._stimulus("no-worker"), self.clock()))
 
     def _heartbeat(self, address: str, msg: Heartbeat) -> None:
         info = self.worker_info.get(address)
@@ -426,11 +481,16 @@ class Scheduler:
 
     # -- data -------------------------------------------------------------------------
 
-    async def gather(self, keys: list[Key]) -> tuple[dict, list[Key]]:
+    async def gather(
+        self, keys: list[Key], deadline: float | None = None
+    ) -> tuple[dict, list[Key]]:
         """Values of ``keys``, and the keys that cannot be had.
 
-        A key that is being computed again (its holder died) is waited for.
+        A key that is being computed again (its holder died) is waited for, until
+        ``deadline`` at most (``time.monotonic()``, the loop's clock; None: as long as
+        it takes): then TimeoutError.
         """
+        loop = asyncio.get_running_loop()
         out: dict = {}
         todo = list(keys)
         while todo:
@@ -439,13 +499,24 @@ class Scheduler:
             waitable = [k for k in missing if self._will_be_in_memory(k)]
             if not waitable:
                 return out, missing
-            loop = asyncio.get_running_loop()
             futures = []
             for k in waitable:
                 f = loop.create_future()
                 self._key_waiters.setdefault(k, []).append(f)
                 futures.append(f)
-            await asyncio.wait(futures)
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            _, pending = await asyncio.wait(futures, timeout=left)
+            if pending:
+                for k, f in zip(waitable, futures, strict=True):
+                    waiters = self._key_waiters.get(k)
+                    if waiters is not None and f in waiters:
+                        waiters.remove(f)
+                        if not waiters:
+                            del self._key_waiters[k]
+                raise TimeoutError(
+                    f"The result of {waitable[0]!r} was lost with its worker and is being "
+                    "computed again; it was not back in time."
+                )
             todo = missing
         return out, []
 

@@ -273,7 +273,7 @@ class Worker:
     def handle_scheduler_messages(self, msgs: list) -> None:
         """Messages from the scheduler (wire.py's classes, decoded already when they
         came over TCP): its instructions go to the state machine as they are."""
-        events = []
+        events: list = []
         for msg in msgs:
             t = type(msg)
             if t is FreeKeys and msg.running:

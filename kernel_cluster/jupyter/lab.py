@@ -81,7 +81,7 @@ def cluster_summary(source: DiagnosticsSource) -> dict[str, Any]:
         "memory_limit": sum(w.memory_limit_bytes or 0 for w in workers.values()),
         "tasks": {
             "in_flight": now["processing"],
-            "waiting": now["waiting"] + now["queued"],
+            "waiting": now["waiting"] + now["queued"] + now["no-worker"],
             "done": ever["memory"] + ever["forgotten"],
             "erred": ever["erred"],
         },

@@ -199,9 +199,7 @@ def test_tasks_pinned_to_a_worker_with_no_free_thread_wait_for_it():
 def test_work_is_taken_back_from_a_worker_whose_threads_all_run_cancelled_tasks():
     s = Sched(("a", 1), ("b", 1), saturation=float("inf"))
     s.submit({"slow": ()}, ["slow"], workers=["a"])
-    out = s.submit(
-        {"q1": (), "q2": ()}, ["q1", "q2"], workers=["a"], allow_other_workers=True
-    )
+    out = s.submit({"q1": (), "q2": ()}, ["q1", "q2"], workers=["a"], allow_other_workers=True)
     assert where(out) == {"q1": "a", "q2": "a"}  # behind slow, on a's only thread
     out = s.handle(ClientCancelledKeys("c", ["slow"]))
     assert not where(out)  # slow may have ended already: nothing is taken back yet

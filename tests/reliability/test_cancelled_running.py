@@ -80,9 +80,11 @@ def one_thread_each(processes):
     from kernel_cluster.client.client import Client
     from kernel_cluster.engine.cluster import KernelCluster
 
-    with KernelCluster(n_workers=2, threads_per_worker=1, processes=processes) as cluster:
-        with Client(cluster) as client:
-            yield cluster, client
+    with (
+        KernelCluster(n_workers=2, threads_per_worker=1, processes=processes) as cluster,
+        Client(cluster) as client,
+    ):
+        yield cluster, client
 
 
 def test_work_after_a_cancel_goes_past_the_thread_still_running_it(one_thread_each, tmp_path):
@@ -90,14 +92,14 @@ def test_work_after_a_cancel_goes_past_the_thread_still_running_it(one_thread_ea
     end on the worker whose only thread ran it (19.5 s there)."""
     from kernel_cluster.client.futures import wait
 
-    cluster, client = one_thread_each
+    _cluster, client = one_thread_each
     release, started = FileEvent(tmp_path / "release"), FileEvent(tmp_path / "started")
     try:
         hog = client.submit(spin_until, release, started, pure=False)
         assert started.wait(10), "the task to cancel did not start"
         hog.cancel()
         fs = client.map(inc, range(6))
-        done, not_done = wait(fs, timeout=15)
+        _done, not_done = wait(fs, timeout=15)
         assert not not_done, "new work waited behind a cancelled task that still runs"
         assert client.gather(fs) == [1, 2, 3, 4, 5, 6]
     finally:
@@ -111,7 +113,7 @@ def test_work_queued_behind_a_task_then_cancelled_is_taken_back(one_thread_each,
     from kernel_cluster.client.futures import wait
 
     cluster, client = one_thread_each
-    stuck, free = sorted(client.scheduler_info()["workers"])
+    stuck, _free = sorted(client.scheduler_info()["workers"])
     release, started = FileEvent(tmp_path / "release"), FileEvent(tmp_path / "started")
     try:
         hog = client.submit(spin_until, release, started, workers=[stuck], pure=False)
@@ -119,14 +121,13 @@ def test_work_queued_behind_a_task_then_cancelled_is_taken_back(one_thread_each,
         # sent to the stuck worker while its thread is busy: they queue there
         fs = client.map(inc, range(4), workers=[stuck], allow_other_workers=True)
         wait_for(
-            lambda: on_loop(
-                cluster, lambda: len(cluster.scheduler.state.workers[stuck].processing)
-            )
-            > 1,
+            lambda: (
+                on_loop(cluster, lambda: len(cluster.scheduler.state.workers[stuck].processing)) > 1
+            ),
             what="tasks to be sent to the busy worker",
         )
         hog.cancel()
-        done, not_done = wait(fs, timeout=15)
+        _done, not_done = wait(fs, timeout=15)
         assert not not_done, "tasks stayed behind a task that was cancelled and runs on"
         assert client.gather(fs) == [1, 2, 3, 4]
         info = client.scheduler_info()["workers"][stuck]
@@ -152,8 +153,9 @@ def test_a_task_cancelled_while_it_waits_in_the_pool_takes_no_thread(one_thread_
         assert started.wait(10), "the first task did not start"
         behind = client.submit(inc, 1, workers=[busy])
         wait_for(
-            lambda: on_loop(cluster, lambda: len(cluster.scheduler.state.workers[busy].processing))
-            == 2,
+            lambda: (
+                on_loop(cluster, lambda: len(cluster.scheduler.state.workers[busy].processing)) == 2
+            ),
             what="the second task to be sent behind the first",
         )
         behind.cancel()
