@@ -2,6 +2,7 @@
 
 from .client.client import Client, get_client
 from .client.futures import CancelledError, Future, as_completed, wait
+from .client.worker_client import worker_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
 from .diagnostics.attach import attach
@@ -11,6 +12,7 @@ from .engine.cluster import KernelCluster
 from .engine.config import WorkerConfig
 from .engine.plugins import SchedulerPlugin
 from .engine.process_meter import context_meter
+from .engine.secede import rejoin, secede
 from .jupyter.lab import register as _register_lab
 from .jupyter.lab import show
 from .jupyter.memory_chart import MemorySampler
@@ -83,9 +85,12 @@ __all__ = [
     "get_sync",
     "performance_report",
     "progress",
+    "rejoin",
+    "secede",
     "show",
     "sizeof",
     "span",
     "visualize",
     "wait",
+    "worker_client",
 ]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from ..core.keys import Key
+from ..engine.secede import while_waiting
 
 
 def task_error(state: Any) -> BaseException:
@@ -291,7 +292,8 @@ class as_completed:
                 if self._pending == 0:
                     return
             try:
-                future = self._queue.get(timeout=timeout)
+                with while_waiting():  # a task waiting here lets others have its thread
+                    future = self._queue.get(timeout=timeout)
             except queue.Empty:
                 raise TimeoutError(f"No future finished within {timeout} s.") from None
             with self._lock:
@@ -303,6 +305,15 @@ class as_completed:
 
     def __iter__(self) -> Iterator:
         return self.iter()
+
+
+def _wait(event: threading.Event, timeout: float | None) -> bool:
+    """``event.wait(timeout)``; a task thread (embedded) gives its slot to other tasks
+    meanwhile (engine/secede.py): the ones it waits for may need it."""
+    if event.is_set():
+        return True
+    with while_waiting():
+        return event.wait(timeout)
 
 
 def mark_cancelled(
@@ -474,7 +485,7 @@ class FutureRegistry:
                 if state.event is None:
                     state.event = threading.Event()
                 event = state.event
-        if event is not None and not event.wait(timeout):
+        if event is not None and not _wait(event, timeout):
             raise TimeoutError(
                 f"Future {key!r} is not done after {timeout} s; the task keeps running."
             )
@@ -499,7 +510,7 @@ class FutureRegistry:
         """
         latch = self.latch(states, fail_fast)
         if latch is not None:
-            latch.event.wait()
+            _wait(latch.event, None)
         if self.hook_runs:
             self.wait_hooks([st for st in states if st.done()])
 

@@ -72,6 +72,15 @@ class ExecuteSkipped:
 
 
 @dataclass(slots=True)
+class ExecuteSeceded:
+    """The thread running ``key`` gave its slot to another thread while the task waits
+    for other tasks (``secede``): the task runs on, but fills no thread."""
+
+    key: Key
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
 class GatherDepSucceeded:
     """Data arrived from ``worker``; keys it did not have are simply absent."""
 
@@ -201,6 +210,7 @@ WorkerEvent = (
     | ExecuteSucceeded
     | ExecuteFailed
     | ExecuteSkipped
+    | ExecuteSeceded
     | GatherDepSucceeded
     | GatherDepFailed
     | PauseChanged

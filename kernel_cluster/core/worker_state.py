@@ -5,7 +5,9 @@ network fetches and feeds the outcomes back as events. ``data`` is injected: a
 plain dict, or a spill buffer that moves values to disk; core does not care.
 
 Task states here: ``waiting`` (inputs missing), ``ready``, ``executing``,
-``memory``, ``error``, and for inputs held elsewhere ``fetch`` -> ``flight``.
+``long-running`` (executing, but its thread waits for other tasks and gave its slot
+to another: ``secede``), ``memory``, ``error``, and for inputs held elsewhere
+``fetch`` -> ``flight``.
 A task the scheduler no longer wants while it runs or travels is marked
 ``cancelled``; its outcome is dropped when it arrives.
 
@@ -32,6 +34,7 @@ from .worker_messages import (
     Execute,
     ExecuteAfter,
     ExecuteFailed,
+    ExecuteSeceded,
     ExecuteSkipped,
     ExecuteSucceeded,
     FreeKeysRequested,
@@ -45,12 +48,22 @@ from .worker_messages import (
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    SendTaskSeceded,
 )
 
 WorkerTaskStateName = Literal[
-    "released", "waiting", "ready", "executing", "memory", "error", "fetch", "flight"
+    "released",
+    "waiting",
+    "ready",
+    "executing",
+    "long-running",
+    "memory",
+    "error",
+    "fetch",
+    "flight",
 ]
-ACTIVE = frozenset({"waiting", "ready", "executing"})
+ACTIVE = frozenset({"waiting", "ready", "executing", "long-running"})
+RUNNING = frozenset({"executing", "long-running"})
 
 
 class WorkerTask:
@@ -155,6 +168,7 @@ class WorkerState:
         self.tasks: dict[Key, WorkerTask] = {}
         self.ready: list[tuple[tuple[Any, ...], WorkerTask]] = []  # heap; stale entries skipped
         self.executing: set[WorkerTask] = set()
+        self.long_running: set[WorkerTask] = set()  # seceded: they take no thread
         self.alone: set[WorkerTask] = set()  # suspects to run alone; pruned lazily
         self.fetch: set[WorkerTask] = set()
         self.in_flight: dict[str, set[WorkerTask]] = {}  # peer -> tasks travelling from it
@@ -297,11 +311,7 @@ class WorkerState:
 
     def _release(self, ts: WorkerTask) -> None:
         state = ts.state
-        if (
-            state == "executing"
-            or state == "flight"
-            or any(d.state in ACTIVE for d in ts.dependents)
-        ):
+        if state in RUNNING or state == "flight" or any(d.state in ACTIVE for d in ts.dependents):
             # running, travelling or still read by a local task: drop it when that ends
             ts.cancelled = True
             return
@@ -391,9 +401,12 @@ class WorkerState:
     def _end_execution(self, key: Key) -> WorkerTask | None:
         """The pool is done with ``key``: the task, unless it was cancelled meanwhile."""
         ts = self.tasks.get(key)
-        if ts is None or ts.state != "executing":
+        if ts is None or ts.state not in RUNNING:
             return None
-        self.executing.discard(ts)
+        if ts.state == "executing":
+            self.executing.discard(ts)
+        else:
+            self.long_running.discard(ts)
         if ts.cancelled:
             if ts.end_awaited:  # set only on a cancelled task
                 ts.end_awaited = False
@@ -453,6 +466,18 @@ class WorkerState:
         )
         ts.spec = None
         self._detach(ts)
+
+    def _handle_execute_seceded(self, ev: ExecuteSeceded) -> None:
+        """The task waits for others and gave its thread's slot away: another task may
+        start here, and the scheduler may send one in its place."""
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "executing":
+            return
+        self.executing.discard(ts)
+        self.long_running.add(ts)
+        self._set_state(ts, "long-running")
+        if not ts.cancelled:
+            self._out.append(SendTaskSeceded(ts.key, self._stimulus_id))
 
     def _handle_execute_skipped(self, ev: ExecuteSkipped) -> None:
         ts = self._end_execution(ev.key)
@@ -586,6 +611,8 @@ class WorkerState:
                 assert key in self.data, ts
             if ts.state == "executing":
                 assert ts in self.executing, ts
+            if ts.state == "long-running":
+                assert ts in self.long_running, ts
             if ts.state == "fetch":
                 assert ts in self.fetch, ts
             if ts.state == "waiting":
@@ -611,6 +638,7 @@ class WorkerState:
         ExecuteSucceeded: _handle_execute_succeeded,
         ExecuteFailed: _handle_execute_failed,
         ExecuteSkipped: _handle_execute_skipped,
+        ExecuteSeceded: _handle_execute_seceded,
         GatherDepSucceeded: _handle_gather_dep_succeeded,
         GatherDepFailed: _handle_gather_dep_failed,
         PauseChanged: _handle_pause_changed,

@@ -34,6 +34,7 @@ from ..core.scheduler_messages import ClusterBusy, ComputeTask, ComputeTaskAlone
 from ..core.worker_messages import (
     Execute,
     ExecuteAfter,
+    ExecuteSeceded,
     ExecuteSkipped,
     ExecuteSucceeded,
     GatherDep,
@@ -43,6 +44,7 @@ from ..core.worker_messages import (
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    SendTaskSeceded,
 )
 from ..core.worker_state import WorkerState, WorkerTask
 from .config import WorkerConfig
@@ -50,6 +52,7 @@ from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .memory_monitor import MemoryMonitor
 from .pool import TaskThreadPool
 from .process_meter import context_meter
+from .secede import forget_worker, register_thread
 from .slots import RunningSlots
 from .spill import SpillBuffer
 from .stack_sampler import StackSampler
@@ -128,7 +131,10 @@ class Worker:
         self.state = WorkerState(address=address, nthreads=nthreads, data=data)
         self.data = self.state.data
         self.scheduler: Channel | None = None
-        self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
+        self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
+        self.pool = TaskThreadPool(
+            nthreads, self.name, self._wake_from_thread, on_thread=self._on_thread
+        )
         # a worker process's record of what each task thread runs, read by its nanny
         # after a death to blame the right tasks (engine/slots.py); None when embedded
         self.slots: RunningSlots | None = None
@@ -147,7 +153,6 @@ class Worker:
         self._claim_numbers = itertools.count()
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
-        self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
         self._runners: dict[int, TaskRunner] = {}  # by thread, made on their first task
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
@@ -348,6 +353,34 @@ class Worker:
         if not self._closed:
             self.loop.call_soon_threadsafe(self._on_tasks_done)
 
+    def _on_thread(self) -> None:
+        """A task thread starts, or a spare one takes a slot (engine/pool.py): it may
+        secede, and its time so far is no task's, nor idle."""
+        register_thread(self)
+        now = time.perf_counter()
+        account = self.timeline.accounts.get(threading.get_ident())
+        if account is None:
+            self.timeline.add_threads([threading.get_ident()], now)
+        elif now > account.mark:
+            account.mark = now
+
+    def secede_current(self) -> bool:
+        """On a task thread: give its slot to another thread while its task waits (see
+        engine/secede.py). False if it had seceded already (or runs no task)."""
+        entry = self.executing_by_thread.get(threading.get_ident())
+        if entry is None or not self.pool.secede():
+            return False
+        if not self._closed:
+            self.loop.call_soon_threadsafe(self._on_seceded, entry[0])
+        return True
+
+    def rejoin_current(self) -> None:
+        """On a task thread that seceded: take a slot back (waits for one)."""
+        self.pool.rejoin()
+
+    def _on_seceded(self, key: Key) -> None:
+        self.handle(ExecuteSeceded(key))
+
     def _on_tasks_done(self) -> None:
         if self._closed:
             return
@@ -438,6 +471,7 @@ class Worker:
                 t is SendReplicasAdded
                 or t is SendDependencyUnavailable
                 or t is SendCancelledTasksRunning
+                or t is SendTaskSeceded
             ):
                 msgs.append(inst)
             elif t is SendCancelledTasksEnded:
@@ -598,6 +632,7 @@ class Worker:
         if self.profiler is not None:
             self.profiler.stop()
         self.pool.stop()
+        forget_worker(self)
         if isinstance(self.data, SpillBuffer):
             self.data.close()
 

@@ -1,0 +1,78 @@
+"""``secede`` / ``rejoin``: a task that waits for other tasks lets another task use its
+thread's slot meanwhile.
+
+A task that submits work and waits for it (``get_client().gather(...)`` in a task)
+holds its thread while it waits; with every thread so held, the work it waits for
+has nowhere to run, and nothing ever ends. So a task thread that blocks on the
+cluster's futures secedes for the wait and rejoins after (``while_waiting``: the
+client's waits use it, so users need not know), and ``secede()`` / ``rejoin()`` are
+there for those who do (Dask's names). Seceding gives the thread's slot to another
+thread of its worker's pool (engine/pool.py) and tells the scheduler, which counts
+the task as taking no thread (``long-running``) and may send another in its place;
+rejoining takes a slot back, waiting for one if all are in use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+
+class _Seceding(Protocol):
+    def secede_current(self) -> bool: ...
+    def rejoin_current(self) -> None: ...
+
+
+# task thread ident -> the worker whose pool it belongs to (engine/worker.py registers
+# each thread as it starts, and forgets its own as it closes)
+_workers_by_thread: dict[int, _Seceding] = {}
+
+
+def register_thread(worker: _Seceding) -> None:
+    """The calling thread is a task thread of ``worker``."""
+    _workers_by_thread[threading.get_ident()] = worker
+
+
+def forget_worker(worker: Any) -> None:
+    for ident, w in list(_workers_by_thread.items()):
+        if w is worker:
+            _workers_by_thread.pop(ident, None)
+
+
+def _current() -> _Seceding:
+    worker = _workers_by_thread.get(threading.get_ident())
+    if worker is None:
+        raise ValueError(
+            "secede() and rejoin() are for a task running on a worker: call them inside "
+            "a function you submit (worker_client() does both around its block)."
+        )
+    return worker
+
+
+def secede() -> None:
+    """Give this task's thread slot to another task while this one waits for work it
+    submitted; ``rejoin()`` takes one back. The task goes on running meanwhile."""
+    _current().secede_current()
+
+
+def rejoin() -> None:
+    """Take a thread slot back after ``secede()``, waiting for one if all are in use."""
+    _current().rejoin_current()
+
+
+@contextmanager
+def while_waiting() -> Iterator[None]:
+    """Seceded for the block if the calling thread is a task thread (and had not
+    seceded already); nothing otherwise. The client's waits on futures use it."""
+    worker = _workers_by_thread.get(threading.get_ident())
+    if worker is None:
+        yield
+        return
+    seceded = worker.secede_current()
+    try:
+        yield
+    finally:
+        if seceded:
+            worker.rejoin_current()
