@@ -83,8 +83,7 @@ def pack_call(
     if key is None:
         token = tokenize(function_token(fn), args2, kwargs2) if pure else uuid.uuid4().hex
         key = f"{funcname(fn)}-{token}"
-    else:
-        validate_key(key)
+    validate_key(key)
     spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
     payload = dumps_task(key, spec) if client._pickle_tasks else spec
     event = GraphSubmitted(client.id, {key: payload}, {key: spec.dependencies}, [key], None, where)
@@ -106,6 +105,10 @@ def pack_map(
         raise TypeError(f"map() needs a callable first, got {type(fn).__name__} {fn!r}.")
     if not iterables:
         raise TypeError("map() needs at least one iterable of arguments.")
+    if key is not None and not isinstance(key, str | list):
+        raise TypeError(
+            f"map(key={key!r}): give a str (the keys' prefix) or a list of keys, one per task."
+        )
     columns = [list(it) for it in iterables]
     n = min(len(c) for c in columns)
     deps_kw: set[Key] = set()
@@ -113,11 +116,20 @@ def pack_map(
     if isinstance(key, list):
         if len(key) != n:
             raise ValueError(f"map() got {len(key)} keys for {n} tasks.")
-        for k in key:
+        first: dict[Key, int] = {}
+        for i, k in enumerate(key):
             validate_key(k)
+            j = first.setdefault(k, i)
+            if j != i:
+                raise ValueError(
+                    f"map() got the key {k!r} twice (items {j} and {i}): each task needs a "
+                    "key of its own. Give distinct keys, or leave key= out to have them made "
+                    "from the arguments."
+                )
         keys = key
     else:
         prefix = key if isinstance(key, str) else funcname(fn)
+        validate_key(prefix)
         keys = []
     ftoken = function_token(fn) if pure else ""
     pickled = client._pickle_tasks
