@@ -20,7 +20,9 @@ from ..core.scheduler_messages import ClientReleasedKeys, SchedulerEvent
 from ..diagnostics.sources.engine_source import EngineSource
 from ..engine.cluster import KernelCluster
 from ..engine.execute import unpack_exception
+from ..engine.loop import check_process
 from .futures import Future, FutureRegistry, FutureState
+from .graph_packing import send_main_by_value
 
 
 class ClientBase:
@@ -57,6 +59,8 @@ class ClientBase:
         # workers in other processes get tasks as bytes, pickled here so that a
         # function or argument that cannot travel fails at submit, naming the task
         self._pickle_tasks = cluster.processes
+        if cluster.processes:
+            send_main_by_value()
         # the read-only DiagnosticsSource every view of this client's cluster reads
         self._source = EngineSource(cluster)
 
@@ -106,6 +110,7 @@ class ClientBase:
             return self._futures.refcount.get(key, 0) > 0
 
     def _check_running(self) -> None:
+        check_process(self._futures.pid, self.id)
         if self.status != "running":
             raise RuntimeError(f"{self.id} is closed; create a new Client().")
         if self.cluster.status != "running":

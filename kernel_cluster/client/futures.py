@@ -12,6 +12,7 @@ import concurrent.futures
 import copy
 import functools
 import numbers
+import os
 import queue
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple, NoReturn, Protocol
 
 from ..core.keys import Key
 from ..core.scheduler_messages import ReportKey
+from ..engine.loop import check_process
 from ..engine.secede import while_waiting
 
 
@@ -363,6 +365,7 @@ class FutureRegistry:
         self.refcount: dict[Key, int] = {}
         self.releases: list[Key] = []
         self.tracking = True
+        self.pid = os.getpid()  # a forked child must not wait on these (check_process)
         self._schedule_flush = schedule_flush
         self._unpack = unpack
         # client.compute's runs of local callbacks still calling hooks, by future
@@ -481,6 +484,7 @@ class FutureRegistry:
 
     def wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
         check_timeout(timeout)
+        check_process(self.pid, f"The client of future {key!r}")
         with self.lock:
             if state.done():
                 event = None
@@ -511,6 +515,7 @@ class FutureRegistry:
         One wake-up for the lot: waiting on each in turn costs the engine an event to
         set and this thread a wake-up per result that lands while it sleeps.
         """
+        check_process(self.pid, "The client of these futures")
         latch = self.latch(states, fail_fast)
         if latch is not None:
             _wait(latch.event, None)

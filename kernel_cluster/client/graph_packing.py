@@ -213,6 +213,20 @@ def dumps_task(key: Key, spec: TaskSpec) -> bytes:
         ) from None
 
 
+def send_main_by_value() -> None:
+    """In a process that multiprocessing started with 'spawn' or 'forkserver', the
+    script's module is ``__mp_main__``: cloudpickle sends ``__main__``'s functions by
+    value, but would send these by reference, and a worker process cannot import
+    ``__mp_main__``. Have them sent by value too (once per process)."""
+    module = sys.modules.get("__mp_main__")
+    if (
+        module is not None
+        and getattr(module, "__name__", None) == "__mp_main__"
+        and "__mp_main__" not in cloudpickle.list_registry_pickle_by_value()
+    ):
+        cloudpickle.register_pickle_by_value(module)
+
+
 def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
     """``dumps_task`` for many tasks whose functions are mostly importable library code
     (a dask graph's): plain pickle first, five to ten times faster than cloudpickle,

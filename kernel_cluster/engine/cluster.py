@@ -318,7 +318,17 @@ class KernelCluster:
         self.scale(0)
         self.scale(n)
 
+    @property
+    def in_this_process(self) -> bool:
+        """False in a child forked from the process that made the cluster, where its
+        threads do not run (and its workers and files are the parent's)."""
+        return self.loop_thread.pid == os.getpid()
+
     def close(self) -> None:
+        if not self.in_this_process:
+            # a forked child's copy: the workers, directory and threads are its parent's
+            _live_clusters.discard(self)
+            return
         with self._lock:
             if self.status == "closed":
                 return

@@ -10,6 +10,7 @@ import _thread
 import asyncio
 import concurrent.futures
 import contextvars
+import os
 import selectors
 import threading
 from collections.abc import Callable, Coroutine
@@ -67,8 +68,23 @@ class _EngineLoop(asyncio.SelectorEventLoop):
             super()._write_to_self()  # type: ignore[misc]  # private to asyncio: not in typeshed
 
 
+def check_process(pid: int, what: str) -> None:
+    """``what`` (a cluster, a client) was made in process ``pid``: refuse to use it in
+    another, a child forked from it, where its threads do not exist and a wait would
+    never end."""
+    if os.getpid() != pid:
+        raise RuntimeError(
+            f"{what} belongs to process {pid}; this is a child forked from it (pid "
+            f"{os.getpid()}), where the cluster's threads do not run, so nothing sent to it "
+            "would ever be answered. Create a new Client() in the child (a cluster of its "
+            "own), or start children with multiprocessing's 'spawn' or 'forkserver' method."
+        )
+
+
 class LoopThread:
     def __init__(self, name: str = "kernel-cluster-loop"):
+        self.pid = os.getpid()
+        self.name = name
         self.loop = _EngineLoop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -102,6 +118,7 @@ class LoopThread:
         In a context of its own: asyncio would run it in a copy of the caller's, and a
         caller inside a task would hand the engine that task's metrics listener.
         """
+        check_process(self.pid, f"The engine loop {self.name}")
         self.loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
 
     # a coroutine function's result is what its coroutine returns, a function's its own
@@ -118,6 +135,7 @@ class LoopThread:
 
     def run(self, fn: Callable[[*Ts], Any], *args: *Ts, timeout: float | None = None) -> Any:
         """Run ``fn(*args)`` (a function or coroutine function) on the loop and wait for it."""
+        check_process(self.pid, f"The engine loop {self.name}")
         if self.in_loop_thread():
             raise RuntimeError(
                 "This call blocks until the engine answers and cannot be made from the engine's "
