@@ -129,9 +129,13 @@ class Client(Submission, Results, Views):
     # -- lifetime ---------------------------------------------------------------------
 
     def close(self) -> None:
+        """Release every future and leave the cluster (the default one closes with its
+        last client). Not from a done-callback or a task of the cluster: RuntimeError."""
         global _current_client
         if self.status == "closed":
             return
+        if self.cluster.status == "running" and self.cluster.in_this_process:
+            self.cluster.refuse_own_threads("Client.close()")
         with self._lock:
             self.status = "closing"
             self._futures.tracking = False

@@ -324,11 +324,32 @@ class KernelCluster:
         threads do not run (and its workers and files are the parent's)."""
         return self.loop_thread.pid == os.getpid()
 
+    def refuse_own_threads(self, what: str) -> None:
+        """RuntimeError if called on this cluster's event loop (a future's done-callback,
+        a scheduler plugin) or inside one of its tasks: ``what`` (closing) waits for
+        that loop, or stops the very thread it runs on, and would stop half-way."""
+        if self.loop_thread.in_loop_thread():
+            raise RuntimeError(
+                f"{what} cannot be called on {self.name}'s own event loop, where futures' "
+                "done-callbacks and scheduler plugins run: it waits for that loop. Close from "
+                "the code that made the client or cluster (after wait(...), or in a finally "
+                "block), or have the callback set a threading.Event that this code waits on."
+            )
+        me = threading.get_ident()
+        if any(me in worker.pool.idents for worker in list(self.workers.values())):
+            raise RuntimeError(
+                f"{what} cannot be called inside a task of {self.name}: closing stops the "
+                "threads its tasks run on, this one among them. Return from the task and close "
+                "from the code that made the client or cluster."
+            )
+
     def close(self) -> None:
         if not self.in_this_process:
             # a forked child's copy: the workers, directory and threads are its parent's
             _live_clusters.discard(self)
             return
+        if self.status == "running":
+            self.refuse_own_threads(f"{self.name}.close()")
         with self._lock:
             if self.status == "closed":
                 return
