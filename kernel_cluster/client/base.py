@@ -38,6 +38,11 @@ class ClientBase:
     _wait_all: Callable[[list[FutureState], bool], None]
 
     def __init__(self, client_id: str, cluster: KernelCluster, code_frames: int) -> None:
+        if isinstance(code_frames, bool) or not isinstance(code_frames, int) or code_frames < 0:
+            raise ValueError(
+                "code_frames must be a whole number >= 0 (frames of your code each span "
+                f"remembers; 0: none), got {code_frames!r}."
+            )
         self.id = client_id
         self.cluster = cluster
         self.code_frames = code_frames  # how many frames of the user's code a span keeps

@@ -26,6 +26,7 @@ from ..engine.pool import in_task_thread
 from .call_keys import funcname
 from .default import join_default, leave_default
 from .futures import run_callback
+from .graph_packing import worker_addresses
 from .results import Results
 from .submission import Submission
 from .views import Views
@@ -94,15 +95,27 @@ class Client(Submission, Results, Views):
         self,
         fn: Callable[..., Any],
         *args: Any,
-        workers: list[str] | None = None,
+        workers: list[str] | str | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``), with
-        ``dask_worker=worker`` too if ``fn`` takes that.
+        """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``: an
+        address or a list of them), with ``dask_worker=worker`` too if ``fn`` takes that.
 
         Returns ``{worker_address: result}``; an exception on any worker is raised here.
         """
+        if not callable(fn):
+            raise TypeError(f"run() needs a callable first, got {type(fn).__name__} {fn!r}.")
         self._check_running()
+        if workers is not None:
+            addresses = list(worker_addresses(workers, "workers"))
+            known = self._loop.run(lambda: set(self._scheduler.state.workers))
+            unknown = [a for a in addresses if a not in known]
+            if unknown:
+                raise ValueError(
+                    f"run(workers=...): {', '.join(map(repr, unknown))} is not a worker of "
+                    f"{self.cluster.name}; its workers are {', '.join(sorted(known)) or 'none'}."
+                )
+            workers = addresses
         if args or kwargs:
             fn = functools.partial(fn, *args, **kwargs)
         if not self.cluster.processes:

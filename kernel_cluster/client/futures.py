@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import functools
+import math
 import numbers
 import os
 import queue
@@ -98,18 +99,20 @@ def raise_if_failed(keys: Iterable[Key], states: Iterable[FutureState]) -> None:
             raise _cancelled(state, key)
 
 
-def check_timeout(timeout: Any) -> None:
-    """A timeout is None (wait for ever) or a number of seconds, not negative."""
+def check_timeout(timeout: Any) -> float | None:
+    """A timeout is None (wait for ever) or a number of seconds, not negative; the
+    seconds as a float, and None for an infinite number (waits cannot take one)."""
     if timeout is None:
-        return
+        return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(
             f"timeout={timeout!r} ({type(timeout).__name__}): give a number of seconds, "
             "e.g. timeout=10, or None to wait until the future is done."
         )
-    # (typeshed's numbers.Real declares no comparison with an int)
-    if not timeout >= 0:  # type: ignore[operator]  # negative or NaN
+    seconds = float(timeout)
+    if not seconds >= 0:  # negative or NaN
         raise ValueError(f"timeout={timeout!r}: give a number of seconds >= 0, or None.")
+    return None if seconds == math.inf else seconds
 
 
 class FutureState:
@@ -190,7 +193,7 @@ class Future:
         A ``TimeoutError`` leaves the task running.
         """
         try:
-            check_timeout(timeout)
+            timeout = check_timeout(timeout)
             deadline = None if timeout is None else time.monotonic() + timeout
             self.client._wait_for(self._state, self.key, timeout)
             status = self._state.status
@@ -248,9 +251,15 @@ def wait(
 ) -> DoneAndNotDone:
     """Block until all (or the first, with ``return_when="FIRST_COMPLETED"``) are done."""
     futures = [fs] if isinstance(fs, Future) else list(fs)
+    for f in futures:
+        if not isinstance(f, Future):
+            raise TypeError(
+                f"wait() takes a future or futures (what submit, map and compute return), "
+                f"got {type(f).__name__} {f!r}."
+            )
     if return_when not in ("ALL_COMPLETED", "FIRST_COMPLETED"):
         raise ValueError(f"return_when={return_when!r}: use 'ALL_COMPLETED' or 'FIRST_COMPLETED'.")
-    check_timeout(timeout)
+    timeout = check_timeout(timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
     if return_when == "ALL_COMPLETED":
         for f in futures:
@@ -278,6 +287,11 @@ class as_completed:
             self.add(f)
 
     def add(self, future: Future) -> None:
+        if not isinstance(future, Future):
+            raise TypeError(
+                f"as_completed() takes futures (what submit, map and compute return), got "
+                f"{type(future).__name__} {future!r}."
+            )
         with self._lock:
             self._pending += 1
         future.client._on_done(future._state, lambda: self._queue.put(future))
@@ -291,7 +305,7 @@ class as_completed:
     def iter(self, timeout: float | None = None) -> Iterator[Any]:
         """The futures as they finish (with ``with_results``: ``(future, result)``
         pairs); ``TimeoutError`` if none finishes within ``timeout`` seconds."""
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         while True:
             with self._lock:
                 if self._pending == 0:
@@ -483,7 +497,7 @@ class FutureRegistry:
         run_callback(callback)
 
     def wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         check_process(self.pid, f"The client of future {key!r}")
         with self.lock:
             if state.done():

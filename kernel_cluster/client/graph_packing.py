@@ -247,6 +247,24 @@ def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
     return out
 
 
+def worker_addresses(workers: Any, argument: str) -> tuple[str, ...]:
+    """``workers=`` as a tuple of addresses: one address (a str) or several; TypeError
+    naming the argument otherwise (``workers=5`` said "'int' object is not iterable")."""
+    if isinstance(workers, str):
+        return (workers,)
+    try:
+        addresses = tuple(workers)
+    except TypeError:
+        addresses = None
+    if addresses is None or not all(isinstance(a, str) for a in addresses):
+        raise TypeError(
+            f"{argument}={workers!r}: give a worker's address (a str, such as "
+            "'tcp://127.0.0.1:40123') or a list of them, as client.scheduler_info()"
+            "['workers'] lists them."
+        )
+    return addresses
+
+
 def placement(workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1) -> Placement:
     """A submission's annotations: its span, where it may run, the code that made it."""
     out: dict[str, Any] = {}
@@ -256,9 +274,7 @@ def placement(workers: Iterable[str] | str | None, loose: bool, code_frames: int
     if code_frames:
         out["code"] = user_code(code_frames)
     if workers is not None:
-        if isinstance(workers, str):
-            workers = [workers]
-        out["workers"] = tuple(workers)
+        out["workers"] = worker_addresses(workers, "workers")
         out["allow_other_workers"] = loose
     return out or None
 

@@ -119,6 +119,7 @@ class LoopThread:
         caller inside a task would hand the engine that task's metrics listener.
         """
         check_process(self.pid, f"The engine loop {self.name}")
+        self._check_running()
         self.loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
 
     # a coroutine function's result is what its coroutine returns, a function's its own
@@ -164,6 +165,7 @@ class LoopThread:
             else:
                 future.set_result(result)
 
+        self._check_running()
         self.loop.call_soon_threadsafe(start, context=contextvars.Context())
         try:
             return future.result(timeout)
@@ -171,6 +173,16 @@ class LoopThread:
             if future.done():
                 raise  # ``fn`` itself raised it
             raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+
+    def _check_running(self) -> None:
+        """A RuntimeError that says what happened, rather than asyncio's "Event loop is
+        closed", for a call after the cluster closed (a view of a closed cluster)."""
+        if self.loop.is_closed() or not self._thread.is_alive():
+            raise RuntimeError(
+                f"The engine ({self.name}) has stopped: its cluster was closed, and has "
+                "nothing more to run or show. Start a new KernelCluster (or Client()) for "
+                "more work; what the views showed before is gone with it."
+            )
 
     def stop(self, timeout: float = 10) -> None:
         if not self._thread.is_alive():

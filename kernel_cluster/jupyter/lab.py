@@ -101,9 +101,17 @@ def memory_sample(source: DiagnosticsSource, now: float) -> list[float] | None:
 def _number_or_none(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"expected a finite number or null, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)  # an int past a float's range raises OverflowError
+    except OverflowError:
+        raise ValueError(
+            f"expected a finite number or null, got an integer of {value.bit_length()} bits"
+        ) from None
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number or null, got {value!r}")
+    return number
 
 
 def check_message(content: Any) -> dict[str, Any]:
