@@ -105,9 +105,10 @@ def _number_or_none(value: Any) -> float | None:
         raise ValueError(f"expected a finite number or null, got {value!r}")
     try:
         number = float(value)  # an int past a float's range raises OverflowError
-    except OverflowError:
+    except OverflowError:  # only an int can overflow here
+        bits = value.bit_length() if isinstance(value, int) else 0
         raise ValueError(
-            f"expected a finite number or null, got an integer of {value.bit_length()} bits"
+            f"expected a finite number or null, got an integer of {bits} bits"
         ) from None
     if not math.isfinite(number):
         raise ValueError(f"expected a finite number or null, got {value!r}")
