@@ -26,6 +26,8 @@ assert f.result(timeout=30) == 2
 workers = cluster.worker_pids()
 pid = os.fork()
 if pid == 0:
+    import signal
+    signal.alarm(60)  # a child that hangs (the bug) ends rather than outlive the test
     for attempt in (lambda: client.gather([f]), lambda: f.result(), lambda: client.submit(inc, 2)):
         try:
             attempt()
