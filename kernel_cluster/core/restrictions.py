@@ -8,12 +8,12 @@ if none of them joins within the cluster's ``no_workers_timeout``, the shell's
 ``NoWorkerTimedOut`` fails it with ``NoValidWorkerError``. A worker that joins meanwhile
 takes it as any other task. Each spell in the state has its own number (``mark``), so
 a timer armed for an earlier spell cannot fail a task that came back to it since.
+Both messages are in scheduler_messages.py, with the others.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from .keys import Key
@@ -35,27 +35,6 @@ class NoValidWorkerError(RuntimeError):
 
     def __reduce__(self) -> tuple[type[NoValidWorkerError], tuple[Key, tuple[str, ...], float]]:
         return (NoValidWorkerError, (self.key, self.workers, self.timeout))
-
-
-@dataclass(slots=True)
-class ReportNoWorker:
-    """Instruction: these tasks may only run on ``workers``, none of which is here (warn,
-    and send ``NoWorkerTimedOut`` with the same marks after ``no_workers_timeout``)."""
-
-    keys: list[tuple[Key, int]]  # (key, mark)
-    workers: frozenset[str]
-    stimulus_id: str = ""
-
-
-@dataclass(slots=True)
-class NoWorkerTimedOut:
-    """Event: the tasks of a ``ReportNoWorker`` waited ``timeout`` seconds; those still in
-    the same spell of ``no-worker`` fail."""
-
-    keys: list[tuple[Key, int]]
-    timeout: float
-    stimulus_id: str = ""
-    time: float = 0.0
 
 
 def none_present(restrictions: Any, workers: dict[str, Any]) -> bool:

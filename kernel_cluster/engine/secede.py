@@ -15,9 +15,16 @@ rejoining takes a slot back, waiting for one if all are in use.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..core.keys import Key
+from ..core.thread_accounts import ThreadTimeline
+
+if TYPE_CHECKING:
+    from .pool import TaskThreadPool
 
 
 class _Seceding(Protocol):
@@ -25,9 +32,54 @@ class _Seceding(Protocol):
     def rejoin_current(self) -> None: ...
 
 
-# task thread ident -> the worker whose pool it belongs to (engine/worker.py registers
-# each thread as it starts, and forgets its own as it closes)
+# task thread ident -> the threads of the worker whose pool it belongs to (each thread
+# registers as it starts; a worker forgets its own as it closes)
 _workers_by_thread: dict[int, _Seceding] = {}
+
+
+class WorkerThreads:
+    """A worker's task threads as ``secede`` sees them. The worker makes it before its
+    pool, whose threads call ``on_thread`` as they start or take a slot, and sets
+    ``pool`` right after; ``seceded(key)`` tells the worker's loop (any thread)."""
+
+    __slots__ = ("executing", "pool", "seceded", "timeline")
+
+    def __init__(
+        self,
+        timeline: ThreadTimeline,
+        executing: dict[int, tuple[Key, str]],
+        seceded: Callable[[Key], None],
+    ):
+        self.timeline = timeline
+        self.executing = executing  # the worker's executing_by_thread
+        self.seceded = seceded
+        self.pool: TaskThreadPool | None = None
+
+    def on_thread(self) -> None:
+        """A task thread starts, or a spare one takes a slot: it may secede, and its
+        time so far is no task's, nor idle."""
+        register_thread(self)
+        ident = threading.get_ident()
+        now = time.perf_counter()
+        account = self.timeline.accounts.get(ident)
+        if account is None:
+            self.timeline.add_threads([ident], now)
+        elif now > account.mark:
+            account.mark = now
+
+    def secede_current(self) -> bool:
+        """On a task thread: give its slot to another thread while its task waits.
+        False if it had seceded already (or runs no task)."""
+        entry = self.executing.get(threading.get_ident())
+        if entry is None or self.pool is None or not self.pool.secede():
+            return False
+        self.seceded(entry[0])
+        return True
+
+    def rejoin_current(self) -> None:
+        """On a task thread that seceded: take a slot back (waits for one)."""
+        if self.pool is not None:
+            self.pool.rejoin()
 
 
 def register_thread(worker: _Seceding) -> None:

@@ -1,8 +1,10 @@
 """The worker shell: turns WorkerState instructions into thread-pool work and fetches.
 
-It speaks to the scheduler only through a channel of messages (engine/wire.py), so
-the same class serves embedded workers (a LocalChannel on the kernel's engine loop,
-which passes the objects) and subprocess workers (a TCP stream, which encodes them).
+It carries out every instruction of the state machine (raising on one it does not
+know, after the others), and speaks to the scheduler only through a channel of
+messages (engine/wire.py), so the same class serves embedded workers (a LocalChannel
+on the kernel's engine loop, which passes the objects) and subprocess workers (a TCP
+stream, which encodes them).
 
 The worker holds the task shell (state machine in, task threads and messages out) and
 owns two parts made for it in ``__init__`` with exactly what each needs: ``memory``, a
@@ -15,22 +17,21 @@ the scheduler); neither is on a task's path.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, MutableMapping
-from functools import partial
 from typing import Any, Protocol
 
 import psutil
 
 from ..core.annotations import current_span
 from ..core.keys import Key
-from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
-from ..core.scheduler_messages import ClusterBusy, ComputeTask, ComputeTaskAlone, FreeKeys
+from ..core.metrics import MeterFrame, MetricsLedger
+from ..core.scheduler_messages import FreeKeys, SetClusterBusy, ToWorker
+from ..core.thread_accounts import ThreadTimeline
 from ..core.worker_messages import (
     Execute,
     ExecuteAfter,
@@ -39,43 +40,33 @@ from ..core.worker_messages import (
     ExecuteSucceeded,
     GatherDep,
     SendCancelledTasksEnded,
-    SendCancelledTasksRunning,
-    SendDependencyUnavailable,
-    SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
-    SendTaskSeceded,
+    ToScheduler,
+    WorkerEvent,
+    WorkerInstruction,
 )
 from ..core.worker_state import WorkerState, WorkerTask
+from . import code_sources
 from .config import WorkerConfig
 from .execute import TaskRunner, pack_exception, run_task_unmetered
+from .handoff import PoolClaims, inputs_and, inputs_for
 from .memory_monitor import MemoryMonitor
 from .pool import TaskThreadPool
 from .process_meter import context_meter
-from .secede import forget_worker, register_thread
+from .secede import WorkerThreads, forget_worker
 from .slots import RunningSlots
 from .spill import SpillBuffer
 from .stack_sampler import StackSampler
 from .transfers import PeerData, PeerTransfers
 from .wire import (
+    CodeSources,
     Heartbeat,
     HeartbeatNow,
     HeartbeatReply,
 )
 
 logger = logging.getLogger(__name__)
-
-_NO_DATA: dict = {}
-
-
-def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
-    return {k: data[k] for k in keys}
-
-
-def _read_inputs_and(data: MutableMapping, keys: list[Key], key: Key, value: Any) -> dict:
-    inputs = _read_inputs(data, keys)
-    inputs[key] = value
-    return inputs
 
 
 class Channel(Protocol):
@@ -131,10 +122,15 @@ class Worker:
         self.state = WorkerState(address=address, nthreads=nthreads, data=data)
         self.data = self.state.data
         self.scheduler: Channel | None = None
-        self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
+        self.timeline = ThreadTimeline()  # each task thread's account (core/thread_accounts.py)
+        # which task each task thread runs (ident -> (key, prefix)): the profiler samples
+        # these threads; its thread starts with the periodic tasks, and stops on close
+        self.executing_by_thread: dict[int, tuple[Key, str]] = {}
+        self.threads = WorkerThreads(self.timeline, self.executing_by_thread, self._seceded)
         self.pool = TaskThreadPool(
-            nthreads, self.name, self._wake_from_thread, on_thread=self._on_thread
+            nthreads, self.name, self._wake_from_thread, on_thread=self.threads.on_thread
         )
+        self.threads.pool = self.pool
         # a worker process's record of what each task thread runs, read by its nanny
         # after a death to blame the right tasks (engine/slots.py); None when embedded
         self.slots: RunningSlots | None = None
@@ -143,14 +139,8 @@ class Worker:
         # after) is dropped when the loop handles the key's outcome, and the task is
         # then made ready the usual way. Empty unless chains are running.
         self._follow: dict[Key, Any] = {}
-        # tasks handed to the pool and not started yet: claim number -> key. The task
-        # thread that starts one pops its claim first; the loop may pop it before, to
-        # withdraw a task freed while it waited in the pool (``_withdraw``): one of the
-        # two gets it, so a withdrawn task never starts and a started one is never
-        # reported as not having started.
-        self._claims: dict[int, Key] = {}
-        self._claim_of: dict[Key, int] = {}
-        self._claim_numbers = itertools.count()
+        # tasks handed to the pool and not started yet, which a free may withdraw
+        self.claims = PoolClaims()
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
         self._runners: dict[int, TaskRunner] = {}  # by thread, made on their first task
@@ -183,9 +173,6 @@ class Worker:
             send_to_scheduler=self._send_to_scheduler,
         )
         self._use_fine_metrics(config.fine_metrics)
-        # which task each task thread runs (ident -> (key, prefix)): the profiler samples
-        # these threads; its thread starts with the periodic tasks, and stops on close
-        self.executing_by_thread: dict[int, tuple[Key, str]] = {}
         self.profiler: StackSampler | None = None
         self._profile_cycle_interval = config.profile_cycle_interval
         if config.profile:
@@ -278,19 +265,26 @@ class Worker:
     def handle_scheduler_messages(self, msgs: list) -> None:
         """Messages from the scheduler (wire.py's classes, decoded already when they
         came over TCP): its instructions go to the state machine as they are."""
-        events: list = []
+        events: list[WorkerEvent | ToWorker] = []
         for msg in msgs:
             t = type(msg)
             if t is FreeKeys and msg.running:
-                self._withdraw(msg.keys, events)
+                # those not started end now (before the free), so the scheduler hears
+                # at once that they take no thread
+                for key in self.claims.withdraw(msg.keys):
+                    self._follow.pop(key, None)
+                    events.append(ExecuteSkipped(key))
                 events.append(msg)
-            elif t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
+            elif isinstance(msg, ToWorker):  # ComputeTask(Alone), FreeKeys
                 events.append(msg)
             elif t is HeartbeatReply:
                 self._learn_clock_offset(msg)
             elif t is HeartbeatNow:
                 self.heartbeat()
-            elif t is ClusterBusy:
+            elif t is CodeSources:
+                if not self.in_process:  # the kernel's line cache is this process's
+                    code_sources.install(msg.sources)
+            elif t is SetClusterBusy:
                 # followed with metrics off too, so they start right when switched on
                 idle = self.timeline.set_busy(msg.busy, time.perf_counter(), self.pool.running)
                 if self.fine_metrics:
@@ -353,59 +347,21 @@ class Worker:
         if not self._closed:
             self.loop.call_soon_threadsafe(self._on_tasks_done)
 
-    def _on_thread(self) -> None:
-        """A task thread starts, or a spare one takes a slot (engine/pool.py): it may
-        secede, and its time so far is no task's, nor idle."""
-        register_thread(self)
-        now = time.perf_counter()
-        account = self.timeline.accounts.get(threading.get_ident())
-        if account is None:
-            self.timeline.add_threads([threading.get_ident()], now)
-        elif now > account.mark:
-            account.mark = now
-
-    def secede_current(self) -> bool:
-        """On a task thread: give its slot to another thread while its task waits (see
-        engine/secede.py). False if it had seceded already (or runs no task)."""
-        entry = self.executing_by_thread.get(threading.get_ident())
-        if entry is None or not self.pool.secede():
-            return False
+    def _seceded(self, key: Key) -> None:
+        """On a task thread: its task ``key`` gave its slot back (engine/secede.py)."""
         if not self._closed:
-            self.loop.call_soon_threadsafe(self._on_seceded, entry[0])
-        return True
-
-    def rejoin_current(self) -> None:
-        """On a task thread that seceded: take a slot back (waits for one)."""
-        self.pool.rejoin()
-
-    def _on_seceded(self, key: Key) -> None:
-        self.handle(ExecuteSeceded(key))
+            self.loop.call_soon_threadsafe(self.handle, ExecuteSeceded(key))
 
     def _on_tasks_done(self) -> None:
         if self._closed:
             return
         events = self.pool.drain()
-        claim_of = self._claim_of
-        for ev in events:
-            claim_of.pop(ev.key, None)
+        self.claims.settle([ev.key for ev in events])
         follow = self._follow
         if follow:  # offers their thread did not take
             for ev in events:
                 follow.pop(ev.key, None)
         self.handle(*events)
-
-    def _withdraw(self, keys: list[Key], events: list) -> None:
-        """Of ``keys`` (freed while processing here), take back those handed to the pool
-        that no thread has started: they end now (``ExecuteSkipped``, before the free),
-        so the scheduler is told at once that they take no thread. A task that waits
-        in the pool behind one that never ends would otherwise count as running."""
-        claims, claim_of = self._claims, self._claim_of
-        for key in keys:
-            number = claim_of.get(key)
-            if number is not None and claims.pop(number, None) is not None:
-                del claim_of[key]
-                self._follow.pop(key, None)
-                events.append(ExecuteSkipped(key))
 
     # -- fine performance metrics -----------------------------------------------------
 
@@ -435,22 +391,22 @@ class Worker:
 
     # -- the door into the state machine ----------------------------------------------
 
-    def handle(self, *events: Any) -> None:
+    def handle(self, *events: WorkerEvent | ToWorker) -> None:
         if self._closed or not events:
             return
         instructions = self.state.handle_stimulus(*events)
         if not instructions:
             return
-        msgs: list = []  # the Send* instructions are the messages (engine/wire.py)
+        msgs: list[ToScheduler] = []  # the ToScheduler instructions are the messages
         ended: SendCancelledTasksEnded | None = None
+        unknown: list[WorkerInstruction] = []
         # when this batch's tasks are handed to the pool: the time until a thread
         # starts one is executor (one clock reading for the batch)
         submitted = time.perf_counter() if self.fine_metrics else 0.0
         for inst in instructions:
-            t = type(inst)
-            if t is Execute:
+            if isinstance(inst, Execute):
                 self._execute(inst.key, submitted)
-            elif t is SendTaskFinished:
+            elif isinstance(inst, SendTaskFinished):
                 if self._disk_writes and inst.key in self._disk_writes:
                     t1 = self.now()
                     seconds = self._disk_writes.pop(inst.key)
@@ -458,29 +414,33 @@ class Worker:
                 if self.clock_offset:
                     inst.startstops = self._scheduler_times(inst.startstops)
                 msgs.append(inst)
-            elif t is SendTaskErred:
-                if not self.in_process:  # the kernel may not be able to unpickle them
-                    inst.exception, inst.traceback = pack_exception(inst.exception, inst.traceback)
+            elif isinstance(inst, SendTaskErred):
+                exc = inst.exception
+                # the kernel may not be able to unpickle them: sent as bytes
+                if not self.in_process and isinstance(exc, BaseException):
+                    inst.exception, inst.traceback = pack_exception(exc, inst.traceback)
                 inst.startstops = self._scheduler_times(inst.startstops)
                 msgs.append(inst)
-            elif t is ExecuteAfter:
+            elif isinstance(inst, ExecuteAfter):
                 self._offer_after(inst)
-            elif t is GatherDep:
+            elif isinstance(inst, GatherDep):
                 self._spawn(self.transfers.gather_dep(inst))
-            elif (
-                t is SendReplicasAdded
-                or t is SendDependencyUnavailable
-                or t is SendCancelledTasksRunning
-                or t is SendTaskSeceded
-            ):
-                msgs.append(inst)
-            elif t is SendCancelledTasksEnded:
+            elif isinstance(inst, SendCancelledTasksEnded):
                 if ended is None:  # one message for the batch (a cancel frees one key a go)
                     ended = SendCancelledTasksEnded([], inst.stimulus_id)
                     msgs.append(ended)
                 ended.keys.extend(inst.keys)
+            elif isinstance(inst, ToScheduler):  # SendReplicasAdded, SendDependencyUnavailable
+                msgs.append(inst)
+            else:
+                unknown.append(inst)
         if msgs and self.scheduler is not None:
             self.scheduler.send(msgs)
+        if unknown:
+            raise TypeError(
+                f"Worker {self.address} does not know the instruction {unknown[0]!r} "
+                f"({len(unknown)} unknown in all): carry it out in Worker.handle."
+            )
 
     def _scheduler_times(self, startstops: list[tuple]) -> list[tuple]:
         off = self.clock_offset
@@ -492,17 +452,9 @@ class Worker:
 
     def _execute(self, key: Key, submitted: float) -> None:
         ts = self.state.tasks[key]
-        if not ts.dependencies:
-            inputs: Any = _NO_DATA
-        elif type(self.data) is dict:
-            data = self.data
-            inputs = {d.key: data[d.key] for d in ts.dependencies}
-        else:  # read on the task thread: unspilling is part of the task's time
-            inputs = partial(_read_inputs, self.data, [d.key for d in ts.dependencies])
-        number = next(self._claim_numbers)
-        self._claims[number] = key
-        self._claim_of[key] = number
-        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted, number)
+        inputs = inputs_for(self.data, ts.dependencies)
+        claim = self.claims.hand(key)
+        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted, claim)
 
     def _offer_after(self, inst: ExecuteAfter) -> None:
         """Offer ``inst.key`` to the thread running ``inst.after`` (see ``_run``). One
@@ -525,8 +477,8 @@ class Worker:
     ) -> Any:
         """On a task thread: run the task, then, while one was offered (``_offer_after``),
         the task waiting on nothing but its result, without waiting for the loop.
-        Nothing (None) for a task withdrawn before it started (``_withdraw``)."""
-        if self._claims.pop(claim, None) is None:
+        Nothing (None) for a task withdrawn before it started (handoff.py)."""
+        if not self.claims.start(claim):
             return None
         ev = self._run_one(key, spec, inputs, annotation, submitted)
         follow = self._follow
@@ -534,18 +486,10 @@ class Worker:
             offer = follow.pop(key, None)
             if offer is None:
                 break
-            value = ev.value
             next_key, spec, others, annotation = offer
-            data = self.data
-            if not others:
-                inputs = {key: value}
-            elif type(data) is dict:
-                try:
-                    inputs = _read_inputs_and(data, others, key, value)
-                except KeyError:  # released meanwhile: the loop will sort it out
-                    break
-            else:  # read as part of the task: unspilling is its time
-                inputs = partial(_read_inputs_and, data, others, key, value)
+            inputs = inputs_and(self.data, others, key, ev.value)
+            if inputs is None:  # released meanwhile: the loop will sort it out
+                break
             ev.then = next_key
             self.pool.emit(ev)
             key = next_key
@@ -632,7 +576,7 @@ class Worker:
         if self.profiler is not None:
             self.profiler.stop()
         self.pool.stop()
-        forget_worker(self)
+        forget_worker(self.threads)
         if isinstance(self.data, SpillBuffer):
             self.data.close()
 

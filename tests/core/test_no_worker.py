@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from kernel_cluster.core.restrictions import NoValidWorkerError, NoWorkerTimedOut, ReportNoWorker
+from kernel_cluster.core.restrictions import NoValidWorkerError
 from kernel_cluster.core.scheduler_messages import (
     ClientReleasedKeys,
+    NoWorkerTimedOut,
+    ReportNoWorker,
     WorkerAdded,
     WorkerPauseChanged,
     WorkerRemoved,

@@ -183,7 +183,7 @@ def _random_tree(tree: SpanTree, seed: int, n: int = 60) -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_subtree_totals_are_what_each_span_says_of_itself(tree, seed):
-    from kernel_cluster.core.spans import subtree_totals
+    from kernel_cluster.core.span_totals import subtree_totals
 
     _random_tree(tree, seed)
     tree.nthreads_changed(20.0, 2)
@@ -207,7 +207,7 @@ def test_a_chain_of_spans_deeper_than_the_recursion_limit(tree):
     not grow with the depth (a chain once recursed, and summed each subtree anew)."""
     import sys
 
-    from kernel_cluster.core.spans import subtree_totals
+    from kernel_cluster.core.span_totals import subtree_totals
 
     depth = sys.getrecursionlimit() + 2000
     path: list[tuple[str, str]] = []

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, cast
 
-from ...core.spans import Span, SubtreeTotals, subtree_totals
+from ...core.span_totals import SubtreeTotals, subtree_totals
+from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
 from ..snapshots import (
@@ -218,7 +219,7 @@ def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:
 
 def snapshot_span(span: Span, totals: SubtreeTotals | None = None) -> SpanInfo:
     """Read a core Span (on the engine's thread) into plain data; ``totals``: its
-    subtree's numbers, if made already (``core.spans.subtree_totals``)."""
+    subtree's numbers, if made already (``core.span_totals.subtree_totals``)."""
     if totals is None:
         totals = subtree_totals(span.traverse_spans(), span._now())[span.id]
     return SpanInfo(
