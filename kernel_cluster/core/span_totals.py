@@ -14,7 +14,7 @@ from typing import Any
 
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES
-from .spans import Span, intervals_between
+from .spans import FoldedSpan, Span, intervals_between
 
 # a subtree's (start, stop, done, durations, nbytes, states, metrics), before ``now``
 _Partial = tuple[
@@ -63,6 +63,12 @@ def subtree_totals(spans: Iterable[Span], now: float) -> dict[str, SubtreeTotals
         durations: dict[str, float] = {}
         states: dict[str, int] = dict.fromkeys(ALL_STATES, 0)
         metrics: dict[tuple[Any, ...], float] = dict(span._metrics)
+        if isinstance(span, FoldedSpan):  # the groups it let go are in its totals
+            fold = span.totals
+            start, stop, nbytes = fold.start, fold.stop, fold.nbytes_total
+            durations.update(fold.durations)
+            for state, n in fold.states.items():
+                states[state] = states.get(state, 0) + n
         for g in span.groups:
             if g.start and (not start or g.start < start):
                 start = g.start

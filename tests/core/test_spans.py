@@ -178,7 +178,19 @@ def _random_tree(tree: SpanTree, seed: int, n: int = 60) -> None:
         if rng.random() < 0.7:
             span.add_metrics(("execute", "inc", "thread-cpu", "seconds"), rng.random())
             span.add_metrics(("execute", "inc", "bytes-ish", "bytes"), rng.randrange(9))
-    tree.observe(None, time=0.5)  # a default span too
+    # default spans, finished one after another: all but the last fold into one, whose
+    # own numbers are sums of groups let go (live ones kept) rather than its groups'
+    tree.keep_default_spans = 1
+    for i in range(4):
+        default = tree.observe(None, time=0.5 + i)
+        g = group(default, f"d{i}", forgotten=2 if i % 2 else 0, memory=0 if i % 2 else 1)
+        g.add_startstops([("compute", 0.5 + i, 1.0 + i)])
+        g.nbytes_total = 10 * i
+        if i % 2 == 0:
+            g.n_live = 1  # a result still held: the group stays as it is in the fold
+        default.add_metrics(("execute", "inc", "thread-cpu", "seconds"), 0.25)
+    tree.observe(None, time=5.0)
+    assert tree.folded is not None and tree.folded.folded >= 2
 
 
 @pytest.mark.parametrize("seed", range(6))
