@@ -624,9 +624,10 @@ class SchedulerState:
         if ws is None:
             return
         if ts is None or ts.processing_on is not ws:
-            if ts is not None and ts.state == "memory":
-                self._add_replica(ts, ws, ev.nbytes)
-            else:
+            # a run taken back from ws (cancelled, placed elsewhere): a free is on its
+            # way there, and ws drops the value when it arrives; counted as a copy, a
+            # gather could ask ws for a value it no longer has
+            if ts is None or ws not in ts.who_has:
                 self._instructions.append(FreeKeys(ws.address, [ev.key], self._stimulus_id))
             return
         ws.processing.discard(ts)

@@ -19,7 +19,7 @@ from kernel_cluster.core.worker_messages import (
     SendCancelledTasksRunning,
 )
 
-from .test_scheduler_state import Sched, computes
+from .test_scheduler_state import Sched, computes, freed
 from .test_worker_state import W, executes, of
 
 
@@ -225,6 +225,23 @@ def test_a_worker_with_a_free_thread_left_keeps_its_work():
     s.handle(ClientCancelledKeys("c", ["slow"]))
     out = s.handle(CancelledTasksRunning("a", ["slow"]))
     assert not where(out) and s.s.tasks["q"].processing_on.address == "a"
+
+
+def test_a_result_from_a_worker_a_cancelled_key_was_taken_from_is_no_replica():
+    """Cancel a running key and submit it again at once: it runs anew on b, while a's
+    first run ends before a reads the free. a's late result is not a copy the scheduler
+    may send for: a drops it when the free arrives. Counted as one, a gather that asked
+    a for it found nothing ("no longer on the cluster": a KeyError under load)."""
+    s = Sched(("a", 1), ("b", 1))
+    s.submit({"k": ()}, ["k"])
+    assert s.s.tasks["k"].processing_on.address == "a"
+    s.handle(ClientCancelledKeys("c", ["k"]))  # FreeKeys(a, k, running) on its way
+    out = s.submit({"k": ()}, ["k"])
+    assert where(out) == {"k": "b"}  # a's thread may still run the first k
+    s.finish("k", "b")
+    out = s.finish("k", "a")  # the first run, ended before a read the free
+    assert [w.address for w in s.s.tasks["k"].who_has] == ["b"]
+    assert ("a", "k") in freed(out)
 
 
 def test_a_task_sent_ahead_and_then_freed_takes_no_thread():
