@@ -3,6 +3,7 @@ workers; ``cancel`` stops what is not finished."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable
 from typing import Any, TypeVar, overload
@@ -59,12 +60,7 @@ class Results(ClientBase):
     def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict[Key, Any]:
         """The values of ``keys``; ``timeout``: seconds to wait for values being computed
         again (their worker died), then TimeoutError."""
-        if self.status != "running":
-            raise RuntimeError(
-                f"Cannot fetch the result of {keys[0]!r}: {self.id} is closed, and the results "
-                "it held were released with it. Gather what you need before client.close(), "
-                "or compute it again with a new Client()."
-            )
+        self._check_gather(keys)
         self._check_running()
         if timeout is None:
             data, missing = self._loop.run(self._scheduler.gather, keys)
@@ -73,6 +69,26 @@ class Results(ClientBase):
             data, missing = self._loop.run(
                 self._scheduler.gather, keys, deadline, timeout=timeout + 1.0
             )
+        return self._fetched(data, missing)
+
+    async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]:
+        """``_gather_keys`` awaited in another event loop (an asynchronous client's)."""
+        self._check_gather(keys)
+        self._check_running()
+        future = self._loop.submit(self._scheduler.gather, keys)
+        data, missing = await asyncio.wrap_future(future)
+        return self._fetched(data, missing)
+
+    def _check_gather(self, keys: list[Key]) -> None:
+        if self.status != "running":
+            raise RuntimeError(
+                f"Cannot fetch the result of {keys[0]!r}: {self.id} is closed, and the results "
+                "it held were released with it. Gather what you need before client.close(), "
+                "or compute it again with a new Client()."
+            )
+
+    def _fetched(self, data: dict[Key, Any], missing: list[Key]) -> dict[Key, Any]:
+        """The values fetched; an error naming what is missing, if anything is."""
         if missing:
             with self._lock:
                 erred = [self._futures.states.get(k) for k in missing]

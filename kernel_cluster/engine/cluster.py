@@ -24,6 +24,7 @@ from .config import (
     parse_bytes,
     parse_memory_limit,
 )
+from .dask_config import PROFILE_CYCLE, PROFILE_INTERVAL, WORKER_SATURATION, dask_setting
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
@@ -62,7 +63,8 @@ class KernelCluster:
     """A scheduler and ``n_workers`` workers, embedded in this process.
 
     One event-loop thread drives the scheduler and every worker's control;
-    each worker runs tasks on its own pool of ``threads_per_worker`` threads.
+    each worker runs tasks on its own pool of ``threads_per_worker`` threads (by
+    default the machine's cores divided among the workers, at least one each).
     """
 
     def __init__(
@@ -72,7 +74,7 @@ class KernelCluster:
         processes: bool = False,
         memory_limit: int | float | str | None = "auto",
         *,
-        worker_saturation: float = 1.5,
+        worker_saturation: float | None = None,
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         death_timeout: float = 10.0,
@@ -89,10 +91,14 @@ class KernelCluster:
         some of them, as do ``threads_per_worker`` and ``memory_limit`` unless left at
         None and "auto". With ``local_directory``, the cluster's directory (workers'
         spill files, the token) is made in it rather than in the system's temporary
-        directory.
+        directory. ``worker_saturation``, ``profile_interval`` and
+        ``profile_cycle_interval`` left out take dask.config's
+        ``distributed.scheduler.worker-saturation`` and
+        ``distributed.worker.profile.interval`` / ``.cycle`` where the user set them
+        (``engine/dask_config.py`` has the precedence).
 
-        The scheduler's: ``worker_saturation`` (tasks without inputs sent to a worker
-        per thread before the rest wait on the scheduler; inf: all at once),
+        The scheduler's: ``worker_saturation`` (default 1.5; tasks without inputs sent
+        to a worker per thread before the rest wait on the scheduler; inf: all at once),
         ``queue_seconds``, ``allowed_failures`` (worker deaths a task may be running at
         before it fails with KilledWorker), ``task_stream_length``; worker processes':
         ``death_timeout`` (seconds without a heartbeat before a worker is removed),
@@ -105,6 +111,17 @@ class KernelCluster:
         before it fails with NoValidWorkerError (None: for ever). A bad value fails
         here with a ValueError naming the setting, before anything starts.
         """
+        if worker_config is None:  # dask.config's profiling settings, unless keywords say
+            for name, key in (
+                ("profile_interval", PROFILE_INTERVAL),
+                ("profile_cycle_interval", PROFILE_CYCLE),
+            ):
+                if name not in settings:
+                    value = dask_setting(key)
+                    if value is not None:
+                        settings[name] = value  # type: ignore[literal-required]
+        if worker_saturation is None:
+            worker_saturation = dask_setting(WORKER_SATURATION) or 1.5
         checked = check_cluster_settings(
             n_workers=n_workers,
             processes=processes,
@@ -422,8 +439,8 @@ def _worker_config(
         raise TypeError(f"KernelCluster() got an unexpected keyword argument {name!r}; {hint}.")
     changes: dict[str, Any] = dict(settings)
     if threads_per_worker is not None or base is None:
-        if threads_per_worker is None:
-            threads_per_worker = os.cpu_count() or 1
+        if threads_per_worker is None:  # the cores shared out, none oversubscribed
+            threads_per_worker = max(1, available_cores() // max(1, n_workers))
         if (
             isinstance(threads_per_worker, bool)
             or not isinstance(threads_per_worker, int)
@@ -438,6 +455,14 @@ def _worker_config(
     # per-worker settings of a given config are the cluster's to set
     changes.update({name: WorkerConfig.__dataclass_fields__[name].default for name in PER_WORKER})
     return (base or WorkerConfig()).replace(**changes)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @atexit.register

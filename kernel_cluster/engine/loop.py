@@ -142,6 +142,18 @@ class LoopThread:
                 "This call blocks until the engine answers and cannot be made from the engine's "
                 "own event loop; use the asynchronous API there."
             )
+        future = self.submit(fn, *args)
+        try:
+            return future.result(timeout)
+        except TimeoutError:  # concurrent.futures' is the builtin, as ``fn``'s own may be
+            if future.done():
+                raise  # ``fn`` itself raised it
+            raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+
+    def submit(self, fn: Callable[[*Ts], Any], *args: *Ts) -> concurrent.futures.Future[Any]:
+        """Start ``fn(*args)`` (a function or coroutine function) on the loop; its outcome
+        lands in the returned future (``asyncio.wrap_future`` awaits it in another
+        event loop, without blocking that one)."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def start() -> None:
@@ -167,12 +179,7 @@ class LoopThread:
 
         self._check_running()
         self.loop.call_soon_threadsafe(start, context=contextvars.Context())
-        try:
-            return future.result(timeout)
-        except TimeoutError:  # concurrent.futures' is the builtin, as ``fn``'s own may be
-            if future.done():
-                raise  # ``fn`` itself raised it
-            raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+        return future
 
     def _check_running(self) -> None:
         """A RuntimeError that says what happened, rather than asyncio's "Event loop is
