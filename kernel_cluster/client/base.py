@@ -21,8 +21,9 @@ from ..diagnostics.sources.engine_source import EngineSource
 from ..engine.cluster import KernelCluster
 from ..engine.execute import unpack_exception
 from ..engine.loop import check_process
-from .futures import Future, FutureRegistry, FutureState
+from .futures import Future, FutureState
 from .graph_packing import send_main_by_value
+from .registry import FutureRegistry
 
 
 class ClientBase:
@@ -55,7 +56,10 @@ class ClientBase:
         self._scheduler = cluster.scheduler
         self._lock = threading.RLock()
         # the futures by key; Future objects call its methods through ours (FutureOwner)
-        self._futures = futures = FutureRegistry(self._lock, self._schedule_flush, unpack_exception)
+        # the user's done-callbacks run on the cluster's callback thread, off the loop
+        self._futures = futures = FutureRegistry(
+            self._lock, self._schedule_flush, unpack_exception, cluster.loop_thread.callbacks.submit
+        )
         self._inc_ref = futures.inc_ref
         self._dec_ref = futures.dec_ref
         self._release_keys = futures.release_keys

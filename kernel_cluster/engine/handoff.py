@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from ..core.keys import Key
+from ..core.worker_messages import ExecuteSkipped
 
 NO_DATA: dict = {}
 
@@ -85,13 +86,15 @@ class PoolClaims:
         for key in keys:
             claim_of.pop(key, None)
 
-    def withdraw(self, keys: Iterable[Key]) -> list[Key]:
-        """Take back those of ``keys`` that no thread has started: they never will."""
+    def withdraw(self, keys: Iterable[Key], offers: dict[Key, Any]) -> list[ExecuteSkipped]:
+        r"""Take back those of ``keys`` that no thread has started: they never will (nor
+        run what was ``offers``\ ed to follow them). Each ends as skipped."""
         claims, claim_of = self._claims, self._claim_of
         taken = []
         for key in keys:
             number = claim_of.get(key)
             if number is not None and claims.pop(number, None) is not None:
                 del claim_of[key]
-                taken.append(key)
+                offers.pop(key, None)
+                taken.append(ExecuteSkipped(key))
         return taken

@@ -10,7 +10,6 @@ Everything here runs on the engine's loop thread.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 import uuid
@@ -25,7 +24,6 @@ from ..core.scheduler_messages import (
     ClientCancelledKeys,
     ClientRemoved,
     GraphSubmitted,
-    NoWorkerTimedOut,
     ReportKey,
     ReportNoWorker,
     ResultSerializationFailed,
@@ -42,10 +40,21 @@ from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from .code_sources import MAX_FILES
+from .execute import pack_exception
+from .memory_monitor import UnspillableMemoryError
+from .no_worker import NoWorkerTimers
 from .plugins import PluginSet, SchedulerPlugin, startstop_dicts
+from .run_function import run_on
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
-from .wire import SCHEDULER_EVENTS, CodeSources, Heartbeat, HeartbeatNow, HeartbeatReply
+from .wire import (
+    SCHEDULER_EVENTS,
+    CodeSources,
+    Heartbeat,
+    HeartbeatNow,
+    HeartbeatReply,
+    MemoryStuck,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -109,10 +118,11 @@ class Scheduler:
         self.worker_metrics: dict[tuple, float] = {}
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
-        self.no_workers_timeout = no_workers_timeout
-        self._no_worker_timers: dict[int, asyncio.TimerHandle] = {}
-        self._timer_numbers = itertools.count()
+        self.no_worker = NoWorkerTimers(no_workers_timeout, self.handle, self._stimulus, clock)
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+        # key -> restarts of workers stuck over their memory limit with its value, which
+        # could not be spilled (MemoryStuck): past allowed_failures, the task fails
+        self.unspillable_restarts: dict[Key, int] = {}
         # unmanaged memory over the last 30 s (Dask's distributed.memory.recent-to-old-time)
         self.unmanaged_window = RecentMinimum(30.0)
         # lines of notebook cells that tasks' code comes from (code_sources.py), for
@@ -170,9 +180,7 @@ class Scheduler:
                 self.plugins.failed(plugin, "transition")
 
     def close(self) -> None:
-        for timer in self._no_worker_timers.values():
-            timer.cancel()
-        self._no_worker_timers.clear()
+        self.no_worker.cancel()
         self.plugins.call_all("close")
 
     # -- membership -------------------------------------------------------------------
@@ -212,11 +220,13 @@ class Scheduler:
         reason: str = "",
         expected: bool = False,
         running: list[bytes] | None = None,
+        cause: str = "",
     ) -> None:
         """``expected``: the worker was stopped on purpose, so its tasks are not suspects.
         Otherwise only the tasks ``running`` there (key texts, see core/blame.py) are;
         None: unknown, every task sent there is. ``running_source`` (the nanny's
-        reading of a worker process's slots) is asked when ``running`` is not given."""
+        reading of a worker process's slots) is asked when ``running`` is not given.
+        ``cause``: why it went, for the user (a task failing for this death says so)."""
         if self.worker_channels.pop(address, None) is None:
             return
         if not expected and running is None and self.running_source is not None:
@@ -231,6 +241,7 @@ class Scheduler:
                 self._stimulus("remove-worker"),
                 self.clock(),
                 None if running is None else tuple(running),
+                cause,
             )
         )
         self.plugins.call_all("remove_worker", self, address)
@@ -263,11 +274,18 @@ class Scheduler:
         for channel in self.worker_channels.values():
             channel.send([CodeSources(new)])
 
-    async def run_on_workers(self, fn: Any, workers: list[str] | None = None) -> dict:
-        """``client.run``: ``fn`` on each worker; exceptions are re-raised here."""
+    async def run_on_workers(
+        self,
+        fn: Any,
+        workers: list[str] | None = None,
+        timeout: float | None = None,
+        name: str = "",
+    ) -> dict:
+        """``client.run``: ``fn`` on each worker; exceptions are re-raised here, and a
+        worker that has not answered in ``timeout`` seconds raises RunTimeoutError
+        naming ``name`` (or ``fn``'s)."""
         addresses = workers if workers is not None else list(self.state.workers)
-        results = await asyncio.gather(*(self.data_source.run(a, fn) for a in addresses))
-        return dict(zip(addresses, results))
+        return await run_on(self.data_source, addresses, fn, timeout, name)
 
     def add_client(self, client_id: str, handler: ReportHandler) -> None:
         self.client_handlers[client_id] = handler
@@ -312,9 +330,35 @@ class Scheduler:
                 events.append(make(msg, address, now))
             elif type(msg) is Heartbeat:
                 self._heartbeat(address, msg)
+            elif type(msg) is MemoryStuck:
+                events.extend(self._memory_stuck(address, msg, now))
             else:
                 logger.warning("Scheduler ignored unknown message %r from %s", msg, address)
         self.handle(*events)
+
+    def _memory_stuck(self, address: str, msg: MemoryStuck, now: float) -> list:
+        """A worker restarts, stuck over its limit with values it could not spill: they
+        would be computed again, and it would be stuck again, for ever. Each of them is
+        counted; past ``allowed_failures`` restarts it fails with UnspillableMemoryError
+        (and its dependents with it), which says why and what to do."""
+        tasks = self.state.tasks
+        counts = self.unspillable_restarts
+        for key in [k for k in counts if k not in tasks]:  # forgotten since
+            del counts[key]
+        held = sum(nbytes for nbytes, _ in msg.unspillable.values())
+        events = []
+        for key, (_, why) in msg.unspillable.items():
+            ts = tasks.get(key)
+            if ts is None or ts.state != "memory":
+                continue
+            n = counts[key] = counts.get(key, 0) + 1
+            if n <= self.state.allowed_failures:
+                continue
+            del counts[key]
+            error = UnspillableMemoryError(key, address, why, held, msg.limit, n)
+            packed = pack_exception(error, None)[0]
+            events.append(ResultSerializationFailed(key, address, packed, str(error), "", now))
+        return events
 
     # -- the door into the state machine, and routing ---------------------------------
 
@@ -357,7 +401,7 @@ class Scheduler:
             else:
                 unknown.append(inst)
         if no_worker:
-            self._report_no_worker(no_worker)
+            self.no_worker.report(no_worker)
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():
             handler = self.client_handlers.get(client_id)
@@ -372,41 +416,6 @@ class Scheduler:
                 f"The scheduler shell does not know the instruction {unknown[0]!r} "
                 f"({len(unknown)} unknown in all): route it in Scheduler._route."
             )
-
-    def _report_no_worker(self, batches: dict[frozenset[str], list]) -> None:
-        """Warn about tasks that may only run on workers that are not there, and fail
-        those still waiting after ``no_workers_timeout`` (core/restrictions.py)."""
-        timeout = self.no_workers_timeout
-        for workers, keys in batches.items():
-            first = keys[0][0]
-            more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
-            then = (
-                f"they fail in {timeout:g} s (no_workers_timeout) unless one joins"
-                if timeout is not None
-                else "they wait until one joins (no_workers_timeout=None)"
-            )
-            logger.warning(
-                "Task %r%s may only run on %s, none of which is a worker of this cluster "
-                "(state no-worker); %s",
-                first,
-                more,
-                ", ".join(sorted(workers)),
-                then,
-            )
-            if timeout is None:
-                continue
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # driven without a loop (tests of the shell): no timer
-                continue
-            number = next(self._timer_numbers)
-            self._no_worker_timers[number] = loop.call_later(
-                timeout, self._no_worker_timed_out, number, keys, timeout
-            )
-
-    def _no_worker_timed_out(self, number: int, keys: list, timeout: float) -> None:
-        self._no_worker_timers.pop(number, None)
-        self.handle(NoWorkerTimedOut(keys, timeout, self._stimulus("no-worker"), self.clock()))
 
     def _heartbeat(self, address: str, msg: Heartbeat) -> None:
         info = self.worker_info.get(address)

@@ -14,6 +14,7 @@ rejoining takes a slot back, waiting for one if all are in use.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.keys import Key
 from ..core.thread_accounts import ThreadTimeline
+from ..core.worker_messages import ExecuteSeceded
 
 if TYPE_CHECKING:
     from .pool import TaskThreadPool
@@ -40,19 +42,24 @@ _workers_by_thread: dict[int, _Seceding] = {}
 class WorkerThreads:
     """A worker's task threads as ``secede`` sees them. The worker makes it before its
     pool, whose threads call ``on_thread`` as they start or take a slot, and sets
-    ``pool`` right after; ``seceded(key)`` tells the worker's loop (any thread)."""
+    ``pool`` right after; a task that secedes is told to the worker's state machine
+    (``handle`` on its ``loop``) unless the worker closed."""
 
-    __slots__ = ("executing", "pool", "seceded", "timeline")
+    __slots__ = ("executing", "handle", "is_closed", "loop", "pool", "timeline")
 
     def __init__(
         self,
         timeline: ThreadTimeline,
         executing: dict[int, tuple[Key, str]],
-        seceded: Callable[[Key], None],
+        loop: asyncio.AbstractEventLoop,
+        handle: Callable[..., None],
+        is_closed: Callable[[], bool],
     ):
         self.timeline = timeline
         self.executing = executing  # the worker's executing_by_thread
-        self.seceded = seceded
+        self.loop = loop
+        self.handle = handle
+        self.is_closed = is_closed
         self.pool: TaskThreadPool | None = None
 
     def on_thread(self) -> None:
@@ -73,7 +80,8 @@ class WorkerThreads:
         entry = self.executing.get(threading.get_ident())
         if entry is None or self.pool is None or not self.pool.secede():
             return False
-        self.seceded(entry[0])
+        if not self.is_closed():
+            self.loop.call_soon_threadsafe(self.handle, ExecuteSeceded(entry[0]))
         return True
 
     def rejoin_current(self) -> None:

@@ -35,7 +35,6 @@ from ..core.thread_accounts import ThreadTimeline
 from ..core.worker_messages import (
     Execute,
     ExecuteAfter,
-    ExecuteSeceded,
     ExecuteSkipped,
     ExecuteSucceeded,
     GatherDep,
@@ -54,6 +53,7 @@ from .handoff import PoolClaims, inputs_and, inputs_for
 from .memory_monitor import MemoryMonitor
 from .pool import TaskThreadPool
 from .process_meter import context_meter
+from .pulse import Pulse
 from .secede import WorkerThreads, forget_worker
 from .slots import RunningSlots
 from .spill import SpillBuffer
@@ -126,7 +126,9 @@ class Worker:
         # which task each task thread runs (ident -> (key, prefix)): the profiler samples
         # these threads; its thread starts with the periodic tasks, and stops on close
         self.executing_by_thread: dict[int, tuple[Key, str]] = {}
-        self.threads = WorkerThreads(self.timeline, self.executing_by_thread, self._seceded)
+        self.threads = WorkerThreads(
+            self.timeline, self.executing_by_thread, loop, self.handle, self._is_closed
+        )
         self.pool = TaskThreadPool(
             nthreads, self.name, self._wake_from_thread, on_thread=self.threads.on_thread
         )
@@ -134,6 +136,8 @@ class Worker:
         # a worker process's record of what each task thread runs, read by its nanny
         # after a death to blame the right tasks (engine/slots.py); None when embedded
         self.slots: RunningSlots | None = None
+        # a worker process's proof of life while its loop is busy (engine/pulse.py)
+        self.pulse: Pulse | None = None
         # key -> the task the thread running it may run next (ExecuteAfter). The thread
         # takes an offer by popping it when the key ends; an offer it missed (made just
         # after) is dropped when the loop handles the key's outcome, and the task is
@@ -271,9 +275,7 @@ class Worker:
             if t is FreeKeys and msg.running:
                 # those not started end now (before the free), so the scheduler hears
                 # at once that they take no thread
-                for key in self.claims.withdraw(msg.keys):
-                    self._follow.pop(key, None)
-                    events.append(ExecuteSkipped(key))
+                events.extend(self.claims.withdraw(msg.keys, self._follow))
                 events.append(msg)
             elif isinstance(msg, ToWorker):  # ComputeTask(Alone), FreeKeys
                 events.append(msg)
@@ -326,6 +328,8 @@ class Worker:
     async def heartbeat_loop(self, interval: float) -> None:
         while not self._closed:
             self.heartbeat()
+            if self.pulse is not None:
+                self.pulse.loop_turned()
             await asyncio.sleep(interval)
 
     def start_periodic(self) -> None:
@@ -346,11 +350,6 @@ class Worker:
     def _wake_from_thread(self) -> None:
         if not self._closed:
             self.loop.call_soon_threadsafe(self._on_tasks_done)
-
-    def _seceded(self, key: Key) -> None:
-        """On a task thread: its task ``key`` gave its slot back (engine/secede.py)."""
-        if not self._closed:
-            self.loop.call_soon_threadsafe(self.handle, ExecuteSeceded(key))
 
     def _on_tasks_done(self) -> None:
         if self._closed:
