@@ -392,13 +392,14 @@ class KernelCluster:
         return self.loop_thread.pid == os.getpid()
 
     def refuse_own_threads(self, what: str) -> None:
-        """RuntimeError if called on this cluster's event loop (a future's done-callback,
-        a scheduler plugin) or inside one of its tasks: ``what`` (closing) waits for
-        that loop, or stops the very thread it runs on, and would stop half-way."""
-        if self.loop_thread.in_loop_thread():
+        """RuntimeError if called on this cluster's event loop or callback thread (a
+        scheduler plugin, a future's done-callback) or inside one of its tasks: ``what``
+        (closing) waits for that loop, or stops the very thread it runs on, and would
+        stop half-way."""
+        if self.loop_thread.in_loop_thread() or self.loop_thread.callbacks.in_thread():
             raise RuntimeError(
-                f"{what} cannot be called on {self.name}'s own event loop, where futures' "
-                "done-callbacks and scheduler plugins run: it waits for that loop. Close from "
+                f"{what} cannot be called from a future's done-callback or a scheduler "
+                f"plugin of {self.name}: it stops the threads they run on. Close from "
                 "the code that made the client or cluster (after wait(...), or in a finally "
                 "block), or have the callback set a threading.Event that this code waits on."
             )

@@ -109,6 +109,10 @@ class CallbackThread:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
 
+    def in_thread(self) -> bool:
+        """Whether the caller runs on this thread (inside a callback)."""
+        return self._thread is threading.current_thread()
+
     def submit(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` on the callback thread, after those submitted before it."""
         with self._wake:
