@@ -14,7 +14,7 @@ from typing import Any
 
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES
-from .spans import FoldedSpan, Span, intervals_between
+from .spans import FoldedSpan, Span
 
 # a subtree's (start, stop, done, durations, nbytes, states, metrics), before ``now``
 _Partial = tuple[
@@ -110,7 +110,7 @@ def subtree_totals(spans: Iterable[Span], now: float) -> dict[str, SubtreeTotals
         start, stop, done, durations, nbytes, states, metrics = partial[span.id]
         end = (stop or span.enqueued) if done else now
         if type(span).nthreads_intervals is Span.nthreads_intervals:
-            intervals = intervals_between(span._nthreads_history, span.enqueued, end)
+            intervals = span.intervals_until(end)
         else:  # a fold keeps its own
             intervals = span.nthreads_intervals
         active = sum((hi - lo) * n for lo, hi, n in intervals)

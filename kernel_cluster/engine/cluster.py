@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
 
 import psutil
@@ -88,6 +89,7 @@ class KernelCluster:
         cancelled_task_timeout: float | None = None,
         no_workers_timeout: float | None = 30.0,
         task_stream_length: int = 100_000,
+        history: bool = True,
         worker_config: WorkerConfig | None = None,
         **settings: Unpack[WorkerSettings],
     ):
@@ -102,6 +104,9 @@ class KernelCluster:
         ``distributed.scheduler.worker-saturation`` and
         ``distributed.worker.profile.interval`` / ``.cycle`` where the user set them
         (``engine/dask_config.py`` has the precedence).
+        ``history=False``: this cluster's finished spans are not recorded in
+        the run history (``kernel_cluster.history``; a Client starts the recording, the
+        engine only keeps the setting).
 
         The scheduler's: ``worker_saturation`` (default 1.5; tasks without inputs sent
         to a worker per thread before the rest wait on the scheduler; inf: all at once),
@@ -153,6 +158,14 @@ class KernelCluster:
         death_timeout = checked["death_timeout"]
         worker_start_timeout = checked["worker_start_timeout"]
         cancelled_task_timeout = checked["cancelled_task_timeout"]
+        if not isinstance(history, bool):
+            raise TypeError(
+                f"history={history!r}: give True (record this cluster's runs, the default) "
+                "or False; the history's file is set with KERNEL_CLUSTER_HISTORY or "
+                "kernel_cluster.history.configure(path=...)."
+            )
+        self.history = history
+        self._close_hooks: list[Callable[[], None]] = []
         self.id = next(_cluster_ids)
         self.name = f"KernelCluster-{self.id}"
         self.processes = processes
@@ -411,6 +424,11 @@ class KernelCluster:
                 "from the code that made the client or cluster."
             )
 
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` when the cluster closes, first, while its loop still runs
+        (the run history writes its last spans then). A hook that fails is logged."""
+        self._close_hooks.append(hook)
+
     def close(self) -> None:
         if not self.in_this_process:
             # a forked child's copy: the workers, directory and threads are its parent's
@@ -422,6 +440,12 @@ class KernelCluster:
             if self.status == "closed":
                 return
             self.status = "closing"
+            hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:
+                logger.exception("%s: a close hook failed", self.name)
         workers = list(self.peers.workers.values())
         if self.loop_thread.thread.is_alive():
             try:
