@@ -442,9 +442,14 @@ class SpanTree:
             assert span is not None  # ids is not empty: found or made
         if code and code not in span.code:
             span.code.append(code)
+        # it and its parents get tasks: open until done. A span open already has its
+        # parents open (a parent is done only once its children are, and they close
+        # together), so the walk stops there: a submission into a deep span costs one
+        # step, not one per level
         node: Span | None = span
-        while node is not None:  # it and its parents get tasks: open until done
-            self._open[node] = None
+        opened = self._open
+        while node is not None and node not in opened:
+            opened[node] = None
             node = node.parent
         return span
 

@@ -246,6 +246,18 @@ def test_a_chain_of_spans_deeper_than_the_recursion_limit(tree):
     tree.spans = Counting(spans)
     assert tree.observe(ann(*path), time=0.0) is deepest
     assert looked == [f"s{depth - 1}"]
+    # nor does it mark the whole path open again (a span's parents are open with it)
+    opened: list[str] = []
+
+    class CountingOpen(dict):
+        def __setitem__(self, span, value):
+            opened.append(span.id)
+            super().__setitem__(span, value)
+
+    tree._open = CountingOpen(tree._open)
+    assert tree.observe(ann(*path), time=0.0) is deepest
+    assert len(opened) <= 1
+    assert all(s in tree._open for s in tree.spans.values())
 
 
 def test_a_span_never_starts_before_it_was_enqueued(tree):
