@@ -327,3 +327,37 @@ def test_span_code_is_empty_without_frames(cluster):
             lambda dask_scheduler: dask_scheduler.extensions["spans"].spans[span_id].code
         )
     assert code == []
+
+
+def test_span_code_names_the_users_line_for_every_way_to_compute(client):
+    """``Span.code`` is "code snippets, sent by the client on compute(), persist() and
+    submit()": the user's line, whichever way the collection reaches the client; never
+    a line of dask (``x.compute(scheduler=client)`` reaches the client from inside
+    ``dask/base.py``)."""
+    x = da.ones(10, chunks=5)
+    ids = {}
+    with span("method") as ids["method"]:
+        x.sum().compute(scheduler=client)  # code: method
+    with span("function") as ids["function"]:
+        dask.compute(x.sum(), scheduler=client)  # code: function
+    with span("config") as ids["config"]:
+        with dask.config.set(scheduler=client):
+            x.sum().compute()  # code: config
+    with span("client.compute") as ids["client.compute"]:
+        client.compute(x.sum()).result()  # code: client.compute
+    with span("client.persist") as ids["client.persist"]:
+        client.gather(client.persist(x.sum()))  # code: client.persist
+
+    def read(dask_scheduler):
+        spans = dask_scheduler.extensions["spans"].spans
+        return {name: spans[span_id].code for name, span_id in ids.items()}
+
+    for name, code in client.run_on_scheduler(read).items():
+        assert code, name
+        for stack in code:
+            ((filename, _, function, line),) = stack
+            assert (os.path.basename(filename), function) == (
+                "test_spans.py",
+                "test_span_code_names_the_users_line_for_every_way_to_compute",
+            ), (name, stack)
+            assert line.endswith(f"# code: {name}"), (name, stack)
