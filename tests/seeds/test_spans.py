@@ -361,3 +361,44 @@ def test_span_code_names_the_users_line_for_every_way_to_compute(client):
                 "test_span_code_names_the_users_line_for_every_way_to_compute",
             ), (name, stack)
             assert line.endswith(f"# code: {name}"), (name, stack)
+
+
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_spans_time_on_other_spans_is_idle_or_other_spans(client):
+    """A span's metrics add up to the thread-seconds it had (``active_cpu_seconds``);
+    what its tasks did not use is Dask's ("execute", "N/A", "idle or other spans",
+    "seconds") line: here the other span's task held a thread meanwhile, so calling it
+    "idle" would misread a busy cluster. ``spans().to_pandas()``'s ``metrics_seconds``
+    is what the span's own tasks account for, the rest of ``active_cpu_seconds``."""
+    with span("long"):
+        long = client.submit(nap, 0.3)
+    with span("short"):
+        assert client.gather(client.map(inc, range(4))) == [1, 2, 3, 4]
+    long.result()
+
+    frame = client.fine_metrics(span="short")
+    assert "idle" not in set(frame.activity)
+    (other,) = frame[frame.activity == "idle or other spans"].itertuples()
+    assert other.function == "N/A" and other.value > 0
+    tasks_seconds = frame[frame.activity != "idle or other spans"].value.sum()
+
+    row = client.spans().to_pandas().set_index("name").loc["short"]
+    assert row.metrics_seconds == pytest.approx(tasks_seconds)
+    assert row.metrics_seconds + other.value == pytest.approx(row.active_cpu_seconds)
+    assert row.metrics_seconds < row.active_cpu_seconds
+
+
+def test_the_span_table_of_a_cluster_without_spans_has_its_columns():
+    """``client.spans().to_pandas()`` before any work: no rows, but the columns, so that
+    selecting them works as it will once spans exist."""
+    with KernelCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        empty = c.spans().to_pandas()
+        c.submit(inc, 1).result()
+        full = c.spans().to_pandas()
+    assert len(empty) == 0 and len(full) == 1
+    assert list(empty.columns) == list(full.columns)
+    assert empty[["name", "duration", "active_cpu_seconds", "metrics_seconds"]].empty

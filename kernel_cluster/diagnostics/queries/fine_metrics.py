@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from ...core.span_folding import IDLE
 from ..snapshots import Metrics
 
 COLUMNS = ["context", "span", "function", "activity", "unit", "value"]
@@ -68,9 +69,11 @@ def span_frame(metrics: Metrics, label: str, unit: str | None = None) -> pd.Data
 def by_function(frame: pd.DataFrame, unit: str = "seconds") -> pd.DataFrame:
     """Task execution, by function: a row per task prefix, a column per activity.
 
-    Idle time belongs to no function: it shows in ``by_activity`` only.
+    Idle time belongs to no function, nor does a span's "idle or other spans" line
+    (function ``"N/A"``, as Dask's): they show in ``by_activity`` only.
     """
-    return _pivot(frame[frame.function.notna()], "execute", unit, index="function")
+    tasks = frame.function.notna() & (frame.activity != IDLE[2])
+    return _pivot(frame[tasks], "execute", unit, index="function")
 
 
 def by_activity(frame: pd.DataFrame, unit: str = "seconds", context: str = "execute") -> Any:
