@@ -340,9 +340,8 @@ def test_span_code_names_the_users_line_for_every_way_to_compute(client):
         x.sum().compute(scheduler=client)  # code: method
     with span("function") as ids["function"]:
         dask.compute(x.sum(), scheduler=client)  # code: function
-    with span("config") as ids["config"]:
-        with dask.config.set(scheduler=client):
-            x.sum().compute()  # code: config
+    with span("config") as ids["config"], dask.config.set(scheduler=client):
+        x.sum().compute()  # code: config
     with span("client.compute") as ids["client.compute"]:
         client.compute(x.sum()).result()  # code: client.compute
     with span("client.persist") as ids["client.persist"]:
