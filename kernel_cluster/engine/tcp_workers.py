@@ -25,10 +25,12 @@ from .comm import (
     CommError,
     MessageTooLargeError,
     ProtocolError,
+    SerializationError,
     connect,
     listen,
 )
 from .execute import pack_exception
+from .shared_memory import Claimed, SharedMemory, SharedValue
 from .wire import (
     DataReply,
     GetData,
@@ -189,11 +191,20 @@ class UnserializableResults(Exception):
 
 
 class RemoteData:
-    """Reads values from worker processes: the scheduler's and workers' data source."""
+    """Reads values from worker processes: the scheduler's and workers' data source.
 
-    def __init__(self, pool: ConnectionPool, who: str = "scheduler"):
+    With ``shared`` (engine/shared_memory.py), a worker on this machine sends large
+    values through shared memory: they are claimed as the reply arrives, before the
+    connection is used again (the worker removes, at the next request, what was not);
+    one that cannot be claimed is asked for again over the socket.
+    """
+
+    def __init__(
+        self, pool: ConnectionPool, who: str = "scheduler", shared: SharedMemory | None = None
+    ):
         self.pool = pool
         self.who = who
+        self.shared = shared
 
     async def get_data(
         self, peer: str, keys: list[Key], stats: dict | None = None, who: str | None = None
@@ -209,28 +220,67 @@ class RemoteData:
         errors: dict = {}
         bytes_read = 0
         todo = list(keys)
+        shm = self.shared.identity if self.shared is not None else ""
         while todo:
             one: dict = {}
             try:
-                reply = await self.pool.rpc(peer, GetData(todo, who or self.who), one)
+                request = GetData(todo, who or self.who, shm=shm)
+                reply = await self.pool.rpc(peer, request, one)
             except (TimeoutError, CommError, OSError) as exc:
                 raise OSError(f"could not get data from {peer}: {exc}") from exc
             if type(reply) is not DataReply:
                 raise OSError(f"could not get data from {peer}: it answered {reply!r}")
+            unclaimed = self._claim(peer, reply.data)  # before any other await
             bytes_read += one.get("bytes_read", 0)
             data.update(reply.data)
             nbytes.update(reply.nbytes)
             errors.update(reply.errors or {})
             more = list(reply.more or ())
-            if len(more) >= len(todo):  # no progress: never loop on a confused peer
+            if len(more) >= len(todo) and not unclaimed:  # never loop on a confused peer
                 logger.warning("%s sent none of %d keys asked for", peer, len(todo))
                 break
+            if unclaimed:  # again, over the socket
+                shm = ""
+                more.extend(unclaimed)
             todo = more
+        self._rebuild(peer, data)
         if stats is not None:
             stats["bytes_read"] = bytes_read
         if errors:
             raise UnserializableResults(peer, data, nbytes, errors)
         return data, nbytes
+
+    def _claim(self, peer: str, data: dict) -> list[Key]:
+        """Map the segments of the SharedValues in ``data`` (replaced by Claimed);
+        returns the keys of those that could not be, taken out of ``data``."""
+        failed = []
+        for key, value in data.items():
+            if type(value) is not SharedValue:
+                continue
+            try:
+                if self.shared is None:
+                    raise OSError("this reader has no shared memory")
+                data[key] = self.shared.claim(value)
+            except OSError as exc:
+                logger.warning("Could not map %r sent by %s (%s); asking again", key, peer, exc)
+                failed.append(key)
+        for key in failed:
+            del data[key]
+        return failed
+
+    def _rebuild(self, peer: str, data: dict) -> None:
+        """The values of the Claimed in ``data``, in place."""
+        for key, value in data.items():
+            if type(value) is Claimed:
+                try:
+                    data[key] = value.value()
+                except Exception as exc:
+                    raise SerializationError(
+                        f"the result of task {key!r}, sent by {peer}",
+                        "pickle",
+                        f"{type(exc).__name__}: {exc}",
+                        receiving=True,
+                    ) from exc
 
 
 class SchedulerServer:

@@ -14,6 +14,7 @@ the worker module holds the task shell alone.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -31,6 +32,7 @@ from ..core.worker_state import WorkerState
 from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
 from .execute import pack_exception
 from .process_meter import context_meter
+from .shared_memory import SharedMemory, SharedValue
 from .spill import SpillBuffer
 from .tcp_workers import UnserializableResults
 from .wire import (
@@ -80,6 +82,11 @@ def _exact(value: Any) -> Any:
     return _Exact(value) if type(value) in (list, tuple, dict) else value
 
 
+def _shared_bytes(digests: list[tuple]) -> float:
+    """Bytes of a transfer that went through shared memory, not the network."""
+    return sum(v for label, v, unit in digests if label == "shared-memory" and unit == "bytes")
+
+
 # room kept in a get-data reply for its body besides the values and keys
 _REPLY_HEADROOM = 64 * 1024
 
@@ -124,6 +131,9 @@ class PeerTransfers:
         self.run_function = run_function
         self.send_to_scheduler = send_to_scheduler
         self.fine_metrics = False  # the worker's setting: it sets this when it changes
+        # a worker process's shared memory (engine/shared_memory.py): large values go
+        # that way to readers on this machine; set by worker_process.serve
+        self.shared: SharedMemory | None = None
         # the latest transfers in and out (dicts of peer, keys, n_keys, total,
         # compressed, start, stop): the performance report's bandwidth charts read them
         self.incoming_log: deque[dict] = deque(maxlen=log_length)
@@ -178,7 +188,7 @@ class PeerTransfers:
         if self.fine_metrics:
             add = self.metrics.add
             add(("gather-dep", "network", "seconds"), max(0.0, t1 - t0 - metered_in_transfer))
-            add(("gather-dep", "network", "bytes"), total_bytes)
+            add(("gather-dep", "network", "bytes"), max(0, total_bytes - _shared_bytes(digests)))
             add(
                 ("gather-dep", "other", "seconds"),
                 max(0.0, t2 - t1 - (frame.inner_wall - metered_in_transfer)),
@@ -219,6 +229,8 @@ class PeerTransfers:
     async def serve(self, comm: Any, raw: Any) -> None:
         """Answer one request read from a peer connection (a dict, see engine/wire.py),
         metering what sending data cost. A request that is none of ours gets an error."""
+        if self.shared is not None:  # the reader claimed the last reply's segments
+            self.shared.release(comm)
         try:
             msg = decode(raw)
         except WireError as exc:
@@ -237,13 +249,21 @@ class PeerTransfers:
         total = time.perf_counter() - t0
         add = self.metrics.add
         add(("get-data", "network", "seconds"), max(0.0, total - frame.inner_wall))
-        add(("get-data", "network", "bytes"), nbytes)
+        add(("get-data", "network", "bytes"), max(0, nbytes - _shared_bytes(digests)))
         for label, value, unit in digests:
             add(("get-data", label, unit), value)
+
+    def connection_closed(self, comm: Any) -> None:
+        """A reader's connection ended: what it did not claim will not be."""
+        if self.shared is not None:
+            self.shared.release(comm)
 
     async def _reply(self, comm: Any, msg: Any) -> int:
         start = self.now()
         reply = await self.handle_request(msg)
+        if type(reply) is DataReply and self.shared is not None:
+            shared = [v for v in reply.data.values() if type(v) is SharedValue]
+            self.shared.sent(comm, shared)
         # the requester's limit, if lower than ours: over it, it would drop the comm
         limit = getattr(msg, "max_size", None)
         write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
@@ -297,6 +317,11 @@ class PeerTransfers:
         t = type(msg)
         if t is GetData:  # logged once sent (_reply)
             data, nbytes = self.get_data(list(msg.keys), msg.who)
+            shared = self.shared
+            if shared is not None and msg.shm and msg.shm == shared.identity:
+                large = [key for key in data if nbytes.get(key, 0) >= shared.threshold]
+                if large:  # written off the loop: pwrite lets go of the GIL
+                    await asyncio.to_thread(self._export, shared, msg.shm, data, nbytes, large)
             data = {key: _exact(value) for key, value in data.items()}
             return DataReply(data, nbytes)
         if t is Run:
@@ -309,6 +334,20 @@ class PeerTransfers:
             return RunResult(cloudpickle.dumps(result))
         error = ValueError(f"{getattr(msg, 'op', msg)!r} is not a request a worker answers")
         return RequestFailed(pack_exception(error, None)[0])
+
+    @staticmethod
+    def _export(
+        shared: SharedMemory, reader: str, data: dict, nbytes: dict, keys: list[Key]
+    ) -> None:
+        """Replace the values of ``keys`` by SharedValues where shared memory takes
+        them; the others stay, for the socket (and its errors, if they do not pickle)."""
+        for key in keys:
+            try:
+                out = shared.export(data[key], reader, nbytes[key])
+            except Exception:  # will not pickle: the socket path reports it
+                continue
+            if out is not None:
+                data[key] = out
 
     def drop_unserializable(self, reply: DataReply) -> DataReply:
         """A get-data reply whose values would not pickle: send the rest, report the bad.

@@ -15,6 +15,7 @@ import time
 
 from .comm import Comm, CommError, connect, listen
 from .config import WorkerConfig
+from .shared_memory import SharedMemory
 from .slots import RunningSlots
 from .tcp_workers import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .wire import Registered, RegisterWorker, decode, decode_batch, encode
@@ -47,17 +48,23 @@ async def serve(
                 await worker.transfers.serve(comm, msg)
         except CommError:
             pass
+        finally:
+            if worker is not None:
+                worker.transfers.connection_closed(comm)
 
     listener = await listen(listen_address, handle_peer, secret=secret)
     pool = ConnectionPool(secret)
+    # large values to and from workers on this machine (and the kernel's gather)
+    shared = SharedMemory(config.shared_memory_limit)
     worker = Worker(
         address=listener.address,
         loop=loop,
-        peers=RemoteData(pool, who=listener.address),
+        peers=RemoteData(pool, who=listener.address, shared=shared),
         config=config if config.name else config.replace(name=listener.address),
         clock=time.time,
         in_process=False,
     )
+    worker.transfers.shared = shared
     if config.local_directory:
         worker.slots = RunningSlots(config.local_directory, worker.pool.idents)
     comm = await connect(scheduler_address, secret=secret)
@@ -99,6 +106,7 @@ async def serve(
         await worker.stop_tasks()  # none of its tasks outlives it (if it failed early)
         await listener.stop()
         await pool.close()
+        shared.close()  # the segments no reader claimed
         with contextlib.suppress(Exception):
             worker.close()
     return exit_code

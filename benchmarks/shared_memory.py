@@ -1,0 +1,231 @@
+"""Large values between worker processes, and gathered by the client: next to distributed.
+
+Both sides: two worker processes with one thread each on this machine,
+``KernelCluster(n_workers=2, threads_per_worker=1, processes=True)`` and
+``LocalCluster(n_workers=2, threads_per_worker=1)``. Rounds alternate the sides
+(``interleave.rounds``), each run timing only the transfer:
+
+  move      16 arrays of 32 MB (random float64: lz4 leaves them as they are) made on
+            worker A, then 16 tasks on worker B that read them (their size back):
+            MB/s = 512 MB / seconds from the submission of those 16 until their results
+  gather    one array of 1 GB made on worker A, then ``client.gather`` of it in the
+            kernel: MB/s = 1,000 MB / seconds of the gather; ``gather+read`` also
+            reads one float per page of the result (pages of a mapping are faulted in
+            as they are first read)
+
+    .venv/bin/python benchmarks/shared_memory.py [--rounds N] [--label after]
+
+The kernel-cluster checkout measured is the one first on ``sys.path``: put another
+checkout first on ``PYTHONPATH`` to measure it (``--label before``). Results go to
+``results/shared_memory_<label>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from interleave import rounds
+
+RESULTS = Path(__file__).resolve().parent / "results"
+N_VALUES = 16
+VALUE_BYTES = 32_000_000
+GATHER_BYTES = 1_000_000_000
+
+
+def nbytes_of(x: Any) -> int:
+    return int(x.nbytes)
+
+
+def ready(*values: Any) -> None:
+    """Run where the values are: they are all made, and none moved."""
+
+
+def make(n: int, seed: int) -> Any:
+    import numpy as np
+
+    return np.random.default_rng(seed).random(n)
+
+
+class Side:
+    label = ""
+    client: Any
+
+    def addresses(self) -> list[str]:
+        return sorted(self.client.scheduler_info()["workers"])
+
+    def move(self) -> float:
+        a, b = self.addresses()
+        xs = [
+            self.client.submit(make, VALUE_BYTES // 8, i, workers=[a], pure=False)
+            for i in range(N_VALUES)
+        ]
+        self.client.submit(ready, *xs, workers=[a], pure=False).result()
+        t = time.perf_counter()
+        sizes = self.client.gather(
+            [self.client.submit(nbytes_of, x, workers=[b], pure=False) for x in xs]
+        )
+        dt = time.perf_counter() - t
+        assert sizes == [VALUE_BYTES] * N_VALUES
+        del xs
+        return dt
+
+    def gather(self) -> tuple[float, float]:
+        a, _ = self.addresses()
+        x = self.client.submit(make, GATHER_BYTES // 8, 0, workers=[a], pure=False)
+        self.client.submit(ready, x, workers=[a], pure=False).result()
+        t = time.perf_counter()
+        value = self.client.gather(x)
+        dt = time.perf_counter() - t
+        value[::512].sum()  # one float per 4 KiB page
+        dt_read = time.perf_counter() - t
+        assert value.nbytes == GATHER_BYTES
+        del value, x
+        return dt, dt_read
+
+
+class Ours(Side):
+    label = "kernel-cluster"
+
+    def __init__(self) -> None:
+        from kernel_cluster import Client, KernelCluster
+
+        self.cluster = KernelCluster(
+            n_workers=2, threads_per_worker=1, processes=True, memory_limit=0
+        )
+        self.client = Client(self.cluster, set_as_default=False)
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.close()
+
+
+class Dask(Side):
+    label = "distributed"
+
+    def __init__(self) -> None:
+        from distributed import Client, LocalCluster
+
+        self.cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        self.client = Client(self.cluster, set_as_default=False)
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.close()
+
+
+def _ratios(ours: list[float], theirs: list[float]) -> dict[str, float]:
+    """Per round, ours' MB/s over theirs' (seconds the other way round)."""
+    per_round = sorted(t / o for o, t in zip(ours, theirs, strict=True))
+    return {
+        "median": statistics.median(per_round),
+        "min": per_round[0],
+        "max": per_round[-1],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--label", default="after")
+    args = parser.parse_args(argv)
+
+    import dask
+    import distributed
+
+    import kernel_cluster
+
+    checkout = Path(kernel_cluster.__file__).resolve().parents[1]
+    commit = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    load_before = os.getloadavg()
+    ours, theirs = Ours(), Dask()
+    gathers: dict[str, list[float]] = {"ours": [], "theirs": []}
+    try:
+        move = rounds({"ours": ours.move, "theirs": theirs.move}, args.rounds)
+
+        def gather_of(side: Side, name: str) -> Any:
+            def run() -> float:
+                dt, dt_read = side.gather()
+                gathers[name].append(dt_read)
+                return dt
+
+            return run
+
+        gather = rounds(
+            {"ours": gather_of(ours, "ours"), "theirs": gather_of(theirs, "theirs")},
+            args.rounds,
+        )
+        gathers = {k: v[-args.rounds :] for k, v in gathers.items()}  # not the warm-up's
+    finally:
+        ours.close()
+        theirs.close()
+
+    def mbs(seconds: list[float], nbytes: int) -> dict[str, float]:
+        rates = sorted(nbytes / 1e6 / s for s in seconds)
+        return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
+
+    moved = N_VALUES * VALUE_BYTES
+    report = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "label": args.label,
+        "kernel_cluster": {"checkout": str(checkout), "commit": commit},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "dask": dask.__version__,
+            "distributed": distributed.__version__,
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+            "note": "shared with other work: interleaved rounds, compare ratios",
+        },
+        "rounds": args.rounds,
+        "seconds": {"move": move, "gather": gather, "gather_and_read": gathers},
+        "mb_per_s": {
+            "move_16x32MB": {
+                "kernel-cluster": mbs(move["ours"], moved),
+                "distributed": mbs(move["theirs"], moved),
+                "ratio": _ratios(move["ours"], move["theirs"]),
+            },
+            "gather_1GB": {
+                "kernel-cluster": mbs(gather["ours"], GATHER_BYTES),
+                "distributed": mbs(gather["theirs"], GATHER_BYTES),
+                "ratio": _ratios(gather["ours"], gather["theirs"]),
+            },
+            "gather_1GB_and_read": {
+                "kernel-cluster": mbs(gathers["ours"], GATHER_BYTES),
+                "distributed": mbs(gathers["theirs"], GATHER_BYTES),
+                "ratio": _ratios(gathers["ours"], gathers["theirs"]),
+            },
+        },
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"shared_memory_{args.label}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{args.label} ({checkout}, {commit}); load {load_before} -> {os.getloadavg()}")
+    for name, row in report["mb_per_s"].items():
+        o, d, r = row["kernel-cluster"], row["distributed"], row["ratio"]
+        print(
+            f"{name:22} ours {o['median']:8,.0f} MB/s [{o['min']:,.0f}-{o['max']:,.0f}]  "
+            f"distributed {d['median']:8,.0f} [{d['min']:,.0f}-{d['max']:,.0f}]  "
+            f"ratio {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]"
+        )
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
