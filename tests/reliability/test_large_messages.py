@@ -242,7 +242,9 @@ def test_a_requester_with_a_lower_limit_gets_replies_under_it(
     """A worker with a higher limit than the kernel keeps its replies under the kernel's."""
     monkeypatch.delenv(MAX_MESSAGE_SIZE_ENV, raising=False)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cluster = KernelCluster(n_workers=1, threads_per_worker=2, processes=True, memory_limit=0)
+    cluster = KernelCluster(
+        n_workers=1, threads_per_worker=2, processes=True, memory_limit=0, shared_memory_limit=0
+    )
     client = Client(cluster)
     try:
         pids = worker_pids(client)
