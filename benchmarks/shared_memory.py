@@ -13,6 +13,10 @@ Both sides: two worker processes with one thread each on this machine,
             reads one float per page of the result (pages of a mapping are faulted in
             as they are first read)
 
+Also per CPU second: MB moved per second of CPU that this process and the worker
+processes used meanwhile (user and system), a measure that other work on a shared
+machine disturbs far less than wall time.
+
     .venv/bin/python benchmarks/shared_memory.py [--rounds N] [--label after]
 
 The kernel-cluster checkout measured is the one first on ``sys.path``: put another
@@ -61,8 +65,22 @@ class Side:
     label = ""
     client: Any
 
+    def __init__(self) -> None:
+        self.cpu: dict[str, list[float]] = {"move": [], "gather": []}
+
     def addresses(self) -> list[str]:
         return sorted(self.client.scheduler_info()["workers"])
+
+    def processes(self) -> list[Any]:
+        """This process (client, scheduler) and the worker processes."""
+        import psutil
+
+        pids = self.client.run(os.getpid)
+        return [psutil.Process(), *(psutil.Process(p) for p in pids.values())]
+
+    @staticmethod
+    def cpu_seconds(processes: list[Any]) -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in processes)
 
     def move(self) -> float:
         a, b = self.addresses()
@@ -71,11 +89,14 @@ class Side:
             for i in range(N_VALUES)
         ]
         self.client.submit(ready, *xs, workers=[a], pure=False).result()
+        processes = self.processes()
+        cpu = self.cpu_seconds(processes)
         t = time.perf_counter()
         sizes = self.client.gather(
             [self.client.submit(nbytes_of, x, workers=[b], pure=False) for x in xs]
         )
         dt = time.perf_counter() - t
+        self.cpu["move"].append(self.cpu_seconds(processes) - cpu)
         assert sizes == [VALUE_BYTES] * N_VALUES
         del xs
         return dt
@@ -84,11 +105,14 @@ class Side:
         a, _ = self.addresses()
         x = self.client.submit(make, GATHER_BYTES // 8, 0, workers=[a], pure=False)
         self.client.submit(ready, x, workers=[a], pure=False).result()
+        processes = self.processes()
+        cpu = self.cpu_seconds(processes)
         t = time.perf_counter()
         value = self.client.gather(x)
         dt = time.perf_counter() - t
         value[::512].sum()  # one float per 4 KiB page
         dt_read = time.perf_counter() - t
+        self.cpu["gather"].append(self.cpu_seconds(processes) - cpu)
         assert value.nbytes == GATHER_BYTES
         del value, x
         return dt, dt_read
@@ -98,6 +122,7 @@ class Ours(Side):
     label = "kernel-cluster"
 
     def __init__(self) -> None:
+        super().__init__()
         from kernel_cluster import Client, KernelCluster
 
         self.cluster = KernelCluster(
@@ -114,6 +139,7 @@ class Dask(Side):
     label = "distributed"
 
     def __init__(self) -> None:
+        super().__init__()
         from distributed import Client, LocalCluster
 
         self.cluster = LocalCluster(
@@ -196,6 +222,9 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "rounds": args.rounds,
         "seconds": {"move": move, "gather": gather, "gather_and_read": gathers},
+        # CPU seconds of this process and the workers while the transfers ran (the
+        # warm-up's left out): what a transfer costs, whatever else runs beside it
+        "cpu_seconds": {"kernel-cluster": ours.cpu, "distributed": theirs.cpu},
         "mb_per_s": {
             "move_16x32MB": {
                 "kernel-cluster": mbs(move["ours"], moved),
@@ -206,6 +235,16 @@ def main(argv: list[str] | None = None) -> dict:
                 "kernel-cluster": mbs(gather["ours"], GATHER_BYTES),
                 "distributed": mbs(gather["theirs"], GATHER_BYTES),
                 "ratio": _ratios(gather["ours"], gather["theirs"]),
+            },
+            "move_16x32MB_per_cpu_second": {
+                "kernel-cluster": mbs(ours.cpu["move"][1:], moved),
+                "distributed": mbs(theirs.cpu["move"][1:], moved),
+                "ratio": _ratios(ours.cpu["move"][1:], theirs.cpu["move"][1:]),
+            },
+            "gather_1GB_per_cpu_second": {
+                "kernel-cluster": mbs(ours.cpu["gather"][1:], GATHER_BYTES),
+                "distributed": mbs(theirs.cpu["gather"][1:], GATHER_BYTES),
+                "ratio": _ratios(ours.cpu["gather"][1:], theirs.cpu["gather"][1:]),
             },
             "gather_1GB_and_read": {
                 "kernel-cluster": mbs(gathers["ours"], GATHER_BYTES),
