@@ -27,6 +27,10 @@ class ClientBase:
     """A client's state and its event queue to the scheduler: what submission, results
     and views build on. Futures call the ``FutureOwner`` methods (futures.py)."""
 
+    # dask.compute(x, scheduler=client) takes an object named like a Client with a
+    # ``get`` as a scheduler, if it is not asynchronous (an AsyncClient is)
+    asynchronous = False
+
     # the registry's own methods, bound once: a future calls them for each key
     _inc_ref: Callable[[Key], None]
     _dec_ref: Callable[[Key], None]
@@ -120,6 +124,11 @@ class ClientBase:
     @abstractmethod
     def gather(self, futures: Any, errors: str = "raise") -> Any:
         """Values for a future, or a (nested) list / tuple / dict of futures."""
+        raise NotImplementedError
+
+    @abstractmethod
+    async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]:
+        """``_gather_keys`` for an event loop, without blocking it (results.Results)."""
         raise NotImplementedError
 
     @abstractmethod

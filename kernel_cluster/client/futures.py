@@ -8,6 +8,7 @@ made when somebody actually waits, which keeps 10,000 futures cheap.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import copy
 import functools
@@ -15,7 +16,7 @@ import numbers
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 from ..core.keys import Key
@@ -57,7 +58,11 @@ class FutureOwner(Protocol):
     def _dec_ref(self, key: Key) -> None: ...
     def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
     def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]: ...
+    async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]: ...
     def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
+
+    asynchronous: bool  # whether result() returns an awaitable
+
     def cancel(self, futures: Future | Iterable[Future]) -> None: ...
 
 
@@ -184,8 +189,11 @@ class Future:
     def result(self, timeout: float | None = None) -> Any:
         """The value, or the task's exception re-raised with the user's traceback.
 
-        A ``TimeoutError`` leaves the task running.
+        A ``TimeoutError`` leaves the task running. A future of an asynchronous client
+        returns an awaitable instead (``await future`` works for any future).
         """
+        if self.client.asynchronous:
+            return self._result_async(timeout)
         try:
             self.client._wait_for(self._state, self.key, timeout)
             status = self._state.status
@@ -199,6 +207,25 @@ class Future:
             # is shared with the scheduler: holding the future here would keep its key
             # wanted for good once the user lets go of it (concurrent.futures does this too).
             del self
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """``await future``: its value, waited for without blocking the event loop."""
+        return self._result_async().__await__()
+
+    async def _result_async(self, timeout: float | None = None) -> Any:
+        check_timeout(timeout)
+        state, key, client = self._state, self.key, self.client
+        try:
+            await asyncio.wait_for(until_done(client, [state], False), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"Future {key!r} is not done after {timeout} s; the task keeps running."
+            ) from None
+        if state.status == "error":
+            raise task_error(state)
+        if state.status == "cancelled":
+            raise _cancelled(state, key)
+        return (await client._gather_keys_async([key]))[key]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self.client._wait_for(self._state, self.key, timeout)
@@ -228,6 +255,36 @@ class Future:
             f"Future {self.key!r} cannot be pickled; pass it as an argument to submit() and "
             "the task receives its value."
         )
+
+
+async def until_done(owner: FutureOwner, states: list[FutureState], fail_fast: bool) -> None:
+    """In a running event loop, until every state is done (or, with ``fail_fast``, one
+    has failed), without blocking the loop: the engine's thread wakes it."""
+    pending = [st for st in states if not st.done()]
+    if not pending or (fail_fast and any(st.status in FAILED for st in states)):
+        return
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    left = [len(pending)]
+    lock = threading.Lock()
+
+    def wake() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def one_done(st: FutureState) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last or (fail_fast and st.status in FAILED):
+            try:
+                loop.call_soon_threadsafe(wake)
+            except RuntimeError:  # the waiting loop has closed: nobody to wake
+                pass
+
+    for st in pending:
+        owner._on_done(st, functools.partial(one_done, st))
+    await waiter
 
 
 class DoneAndNotDone(NamedTuple):

@@ -16,6 +16,7 @@ from typing import Any, TypedDict, Unpack
 
 from .comm import new_secret, write_secret_file
 from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
+from .dask_config import PROFILE_CYCLE, PROFILE_INTERVAL, WORKER_SATURATION, dask_setting
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
@@ -56,7 +57,8 @@ class KernelCluster:
     """A scheduler and ``n_workers`` workers, embedded in this process.
 
     One event-loop thread drives the scheduler and every worker's control;
-    each worker runs tasks on its own pool of ``threads_per_worker`` threads.
+    each worker runs tasks on its own pool of ``threads_per_worker`` threads (by
+    default the machine's cores divided among the workers, at least one each).
     """
 
     def __init__(
@@ -66,7 +68,7 @@ class KernelCluster:
         processes: bool = False,
         memory_limit: int | float | str | None = "auto",
         *,
-        worker_saturation: float = 1.5,
+        worker_saturation: float | None = None,
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         death_timeout: float = 10.0,
@@ -81,10 +83,25 @@ class KernelCluster:
         some of them, as do ``threads_per_worker`` and ``memory_limit`` unless left at
         None and "auto". With ``local_directory``, the cluster's directory (workers'
         spill files, the token) is made in it rather than in the system's temporary
-        directory.
+        directory. ``worker_saturation`` (default 1.5), ``profile_interval`` and
+        ``profile_cycle_interval`` left out take dask.config's
+        ``distributed.scheduler.worker-saturation`` and
+        ``distributed.worker.profile.interval`` / ``.cycle`` where the user set them
+        (``engine/dask_config.py`` has the precedence).
         """
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
+        if worker_config is None:  # dask.config's profiling settings, unless keywords say
+            for name, key in (
+                ("profile_interval", PROFILE_INTERVAL),
+                ("profile_cycle_interval", PROFILE_CYCLE),
+            ):
+                if name not in settings:
+                    value = dask_setting(key)
+                    if value is not None:
+                        settings[name] = value  # type: ignore[literal-required]
+        if worker_saturation is None:
+            worker_saturation = dask_setting(WORKER_SATURATION) or 1.5
         self.worker_config = _worker_config(
             n_workers, threads_per_worker, memory_limit, worker_config, settings
         )
@@ -351,8 +368,8 @@ def _worker_config(
         raise TypeError(f"KernelCluster() got an unexpected keyword argument {name!r}; {hint}.")
     changes: dict[str, Any] = dict(settings)
     if threads_per_worker is not None or base is None:
-        if threads_per_worker is None:
-            threads_per_worker = os.cpu_count() or 1
+        if threads_per_worker is None:  # the cores shared out, none oversubscribed
+            threads_per_worker = max(1, available_cores() // max(1, n_workers))
         if (
             isinstance(threads_per_worker, bool)
             or not isinstance(threads_per_worker, int)
@@ -367,6 +384,14 @@ def _worker_config(
     # per-worker settings of a given config are the cluster's to set
     changes.update({name: WorkerConfig.__dataclass_fields__[name].default for name in PER_WORKER})
     return (base or WorkerConfig()).replace(**changes)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @atexit.register

@@ -123,6 +123,16 @@ class LoopThread:
                 "This call blocks until the engine answers and cannot be made from the engine's "
                 "own event loop; use the asynchronous API there."
             )
+        future = self.submit(fn, *args)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+
+    def submit(self, fn: Callable[[*Ts], Any], *args: *Ts) -> concurrent.futures.Future[Any]:
+        """Start ``fn(*args)`` (a function or coroutine function) on the loop; its outcome
+        lands in the returned future (``asyncio.wrap_future`` awaits it in another
+        event loop, without blocking that one)."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def start() -> None:
@@ -147,10 +157,7 @@ class LoopThread:
                 future.set_result(result)
 
         self.loop.call_soon_threadsafe(start, context=contextvars.Context())
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+        return future
 
     def stop(self, timeout: float = 10) -> None:
         if not self._thread.is_alive():

@@ -56,6 +56,29 @@ __all__ = ["LOGGED_KEYS", "PeerData", "PeerTransfers"]
 LOGGED_KEYS = 100
 
 
+def log_entry(
+    who: str, keys: dict, n_keys: int, total: int, compressed: int, start: float, stop: float
+) -> dict[str, Any]:
+    """One transfer log entry, with the fields of Dask's (``who``, ``start``, ``stop``,
+    ``middle``, ``duration``, ``bandwidth``, ``keys`` as ``{key: bytes}``, ``total``,
+    ``compressed``), ``peer`` (the same as ``who``, the name earlier versions used)
+    and ``n_keys`` (``keys`` names the first ``LOGGED_KEYS`` of them)."""
+    duration = max(0.001, stop - start)  # a transfer timed at 0 has no finite bandwidth
+    return {
+        "who": who,
+        "peer": who,
+        "start": start,
+        "stop": stop,
+        "middle": (start + stop) / 2,
+        "duration": duration,
+        "bandwidth": total / duration,
+        "keys": keys,
+        "n_keys": n_keys,
+        "total": total,
+        "compressed": compressed,
+    }
+
+
 def _identity(value: Any) -> Any:
     return value
 
@@ -134,8 +157,8 @@ class PeerTransfers:
         # a worker process's shared memory (engine/shared_memory.py): large values go
         # that way to readers on this machine; set by worker_process.serve
         self.shared: SharedMemory | None = None
-        # the latest transfers in and out (dicts of peer, keys, n_keys, total,
-        # compressed, start, stop): the performance report's bandwidth charts read them
+        # the latest transfers in and out (``log_entry``'s dicts): the performance
+        # report's bandwidth charts read them
         self.incoming_log: deque[dict] = deque(maxlen=log_length)
         self.outgoing_log: deque[dict] = deque(maxlen=log_length)
 
@@ -175,15 +198,15 @@ class PeerTransfers:
         total_bytes = sum(nbytes.values())
         if data:
             self.incoming_log.append(
-                {
-                    "peer": inst.worker,
-                    "keys": list(islice(data, LOGGED_KEYS)),
-                    "n_keys": len(data),
-                    "total": total_bytes,
-                    "compressed": stats.get("bytes_read", total_bytes),
-                    "start": start,
-                    "stop": stop,
-                }
+                log_entry(
+                    inst.worker,
+                    {key: nbytes.get(key, 0) for key in islice(data, LOGGED_KEYS)},
+                    len(data),
+                    total_bytes,
+                    stats.get("bytes_read", total_bytes),
+                    start,
+                    stop,
+                )
             )
         if self.fine_metrics:
             add = self.metrics.add
@@ -300,15 +323,15 @@ class PeerTransfers:
         """Record one transfer out (``written``: bytes on the wire); returns its bytes."""
         total = sum(nbytes.get(key, 0) for key in data)
         self.outgoing_log.append(
-            {
-                "peer": who,
-                "keys": list(islice(data, LOGGED_KEYS)),
-                "n_keys": len(data),
-                "total": total,
-                "compressed": total if written is None else written,
-                "start": start,
-                "stop": self.now(),
-            }
+            log_entry(
+                who,
+                {key: nbytes.get(key, 0) for key in islice(data, LOGGED_KEYS)},
+                len(data),
+                total,
+                total if written is None else written,
+                start,
+                self.now(),
+            )
         )
         return total
 
