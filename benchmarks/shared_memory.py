@@ -17,7 +17,10 @@ Also per CPU second: MB moved per second of CPU that this process and the worker
 processes used meanwhile (user and system), a measure that other work on a shared
 machine disturbs far less than wall time.
 
-    .venv/bin/python benchmarks/shared_memory.py [--rounds N] [--label after]
+    .venv/bin/python benchmarks/shared_memory.py [--rounds N] [--label after] [--socket-too]
+
+``--socket-too`` adds a third side, interleaved with the others: the same checkout with
+``shared_memory_limit=0`` (every value over the socket, as before shared memory).
 
 The kernel-cluster checkout measured is the one first on ``sys.path``: put another
 checkout first on ``PYTHONPATH`` to measure it (``--label before``). Results go to
@@ -121,12 +124,13 @@ class Side:
 class Ours(Side):
     label = "kernel-cluster"
 
-    def __init__(self) -> None:
+    def __init__(self, **settings: Any) -> None:
+        """``settings``: the workers' (``shared_memory_limit=0``: the socket)."""
         super().__init__()
         from kernel_cluster import Client, KernelCluster
 
         self.cluster = KernelCluster(
-            n_workers=2, threads_per_worker=1, processes=True, memory_limit=0
+            n_workers=2, threads_per_worker=1, processes=True, memory_limit=0, **settings
         )
         self.client = Client(self.cluster, set_as_default=False)
 
@@ -155,17 +159,23 @@ class Dask(Side):
 def _ratios(ours: list[float], theirs: list[float]) -> dict[str, float]:
     """Per round, ours' MB/s over theirs' (seconds the other way round)."""
     per_round = sorted(t / o for o, t in zip(ours, theirs, strict=True))
-    return {
-        "median": statistics.median(per_round),
-        "min": per_round[0],
-        "max": per_round[-1],
-    }
+    return {"median": statistics.median(per_round), "min": per_round[0], "max": per_round[-1]}
+
+
+def _mbs(seconds: list[float], nbytes: int) -> dict[str, float]:
+    rates = sorted(nbytes / 1e6 / s for s in seconds)
+    return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--label", default="after")
+    parser.add_argument(
+        "--socket-too",
+        action="store_true",
+        help="a third side: kernel-cluster with shared_memory_limit=0 (the socket)",
+    )
     args = parser.parse_args(argv)
 
     import dask
@@ -180,33 +190,48 @@ def main(argv: list[str] | None = None) -> dict:
         text=True,
     ).stdout.strip()
     load_before = os.getloadavg()
-    ours, theirs = Ours(), Dask()
-    gathers: dict[str, list[float]] = {"ours": [], "theirs": []}
+    sides: dict[str, Side] = {"kernel-cluster": Ours()}
+    if args.socket_too:
+        sides["kernel-cluster (socket)"] = Ours(shared_memory_limit=0)
+    sides["distributed"] = Dask()
+    gathers: dict[str, list[float]] = {name: [] for name in sides}
+
+    def gather_of(name: str) -> Any:
+        def run() -> float:
+            dt, dt_read = sides[name].gather()
+            gathers[name].append(dt_read)
+            return dt
+
+        return run
+
     try:
-        move = rounds({"ours": ours.move, "theirs": theirs.move}, args.rounds)
-
-        def gather_of(side: Side, name: str) -> Any:
-            def run() -> float:
-                dt, dt_read = side.gather()
-                gathers[name].append(dt_read)
-                return dt
-
-            return run
-
-        gather = rounds(
-            {"ours": gather_of(ours, "ours"), "theirs": gather_of(theirs, "theirs")},
-            args.rounds,
-        )
+        move = rounds({name: side.move for name, side in sides.items()}, args.rounds)
+        gather = rounds({name: gather_of(name) for name in sides}, args.rounds)
         gathers = {k: v[-args.rounds :] for k, v in gathers.items()}  # not the warm-up's
     finally:
-        ours.close()
-        theirs.close()
-
-    def mbs(seconds: list[float], nbytes: int) -> dict[str, float]:
-        rates = sorted(nbytes / 1e6 / s for s in seconds)
-        return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1]}
+        for side in sides.values():
+            side.close()
 
     moved = N_VALUES * VALUE_BYTES
+    cpu = {name: {k: v[1:] for k, v in side.cpu.items()} for name, side in sides.items()}
+    measures = {
+        "move_16x32MB": (move, moved),
+        "gather_1GB": (gather, GATHER_BYTES),
+        "gather_1GB_and_read": (gathers, GATHER_BYTES),
+        "move_16x32MB_per_cpu_second": ({n: c["move"] for n, c in cpu.items()}, moved),
+        "gather_1GB_per_cpu_second": ({n: c["gather"] for n, c in cpu.items()}, GATHER_BYTES),
+    }
+    table: dict[str, dict] = {}
+    for measure, (seconds, nbytes) in measures.items():
+        row: dict[str, Any] = {name: _mbs(seconds[name], nbytes) for name in sides}
+        for name in sides:
+            if name != "distributed":
+                row[f"{name} / distributed"] = _ratios(seconds[name], seconds["distributed"])
+        if args.socket_too:
+            row["shared memory / socket"] = _ratios(
+                seconds["kernel-cluster"], seconds["kernel-cluster (socket)"]
+            )
+        table[measure] = row
     report = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "label": args.label,
@@ -224,45 +249,17 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": {"move": move, "gather": gather, "gather_and_read": gathers},
         # CPU seconds of this process and the workers while the transfers ran (the
         # warm-up's left out): what a transfer costs, whatever else runs beside it
-        "cpu_seconds": {"kernel-cluster": ours.cpu, "distributed": theirs.cpu},
-        "mb_per_s": {
-            "move_16x32MB": {
-                "kernel-cluster": mbs(move["ours"], moved),
-                "distributed": mbs(move["theirs"], moved),
-                "ratio": _ratios(move["ours"], move["theirs"]),
-            },
-            "gather_1GB": {
-                "kernel-cluster": mbs(gather["ours"], GATHER_BYTES),
-                "distributed": mbs(gather["theirs"], GATHER_BYTES),
-                "ratio": _ratios(gather["ours"], gather["theirs"]),
-            },
-            "move_16x32MB_per_cpu_second": {
-                "kernel-cluster": mbs(ours.cpu["move"][1:], moved),
-                "distributed": mbs(theirs.cpu["move"][1:], moved),
-                "ratio": _ratios(ours.cpu["move"][1:], theirs.cpu["move"][1:]),
-            },
-            "gather_1GB_per_cpu_second": {
-                "kernel-cluster": mbs(ours.cpu["gather"][1:], GATHER_BYTES),
-                "distributed": mbs(theirs.cpu["gather"][1:], GATHER_BYTES),
-                "ratio": _ratios(ours.cpu["gather"][1:], theirs.cpu["gather"][1:]),
-            },
-            "gather_1GB_and_read": {
-                "kernel-cluster": mbs(gathers["ours"], GATHER_BYTES),
-                "distributed": mbs(gathers["theirs"], GATHER_BYTES),
-                "ratio": _ratios(gathers["ours"], gathers["theirs"]),
-            },
-        },
+        "cpu_seconds": cpu,
+        "mb_per_s": table,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"shared_memory_{args.label}.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"{args.label} ({checkout}, {commit}); load {load_before} -> {os.getloadavg()}")
-    for name, row in report["mb_per_s"].items():
-        o, d, r = row["kernel-cluster"], row["distributed"], row["ratio"]
-        print(
-            f"{name:22} ours {o['median']:8,.0f} MB/s [{o['min']:,.0f}-{o['max']:,.0f}]  "
-            f"distributed {d['median']:8,.0f} [{d['min']:,.0f}-{d['max']:,.0f}]  "
-            f"ratio {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]"
-        )
+    for measure, row in table.items():
+        print(measure)
+        for name, v in row.items():
+            unit = "" if "/" in name else " MB/s"
+            print(f"  {name:40} {v['median']:10,.2f}{unit} [{v['min']:,.2f} - {v['max']:,.2f}]")
     return report
 
 
