@@ -48,7 +48,10 @@ class ClientBase:
         self._scheduler = cluster.scheduler
         self._lock = threading.RLock()
         # the futures by key; Future objects call its methods through ours (FutureOwner)
-        self._futures = futures = FutureRegistry(self._lock, self._schedule_flush, unpack_exception)
+        # the user's done-callbacks run on the cluster's callback thread, off the loop
+        self._futures = futures = FutureRegistry(
+            self._lock, self._schedule_flush, unpack_exception, cluster.loop_thread.callbacks.submit
+        )
         self._inc_ref = futures.inc_ref
         self._dec_ref = futures.dec_ref
         self._release_keys = futures.release_keys

@@ -11,6 +11,7 @@ on the scheduler itself (``run``, plugins, ``restart``).
 from __future__ import annotations
 
 import functools
+import numbers
 import uuid
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -23,6 +24,7 @@ from ..engine.cluster import KernelCluster
 from ..engine.comm import SerializationError
 from ..engine.plugins import check_plugin
 from ..engine.pool import in_task_thread
+from ..engine.run_function import RUN_TIMEOUT, RunTimeoutError
 from .asynchronous import Asynchronous
 from .call_keys import funcname
 from .default import join_default, leave_default, own_cluster
@@ -139,20 +141,45 @@ class Client(Submission, Results, Views):
         fn: Callable[..., Any],
         *args: Any,
         workers: list[str] | None = None,
+        timeout: float | None = RUN_TIMEOUT,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``), with
         ``dask_worker=worker`` too if ``fn`` takes that.
 
         Returns ``{worker_address: result}``; an exception on any worker is raised here.
+        ``fn`` runs on the worker's event loop, as in Dask: a worker that has not
+        answered within ``timeout`` seconds (None: no limit) raises RunTimeoutError, a
+        TimeoutError naming ``fn``; the worker carries on once ``fn`` returns.
         """
         self._check_running()
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, numbers.Real)
+            or not 0 < timeout < float("inf")
+        ):
+            raise ValueError(
+                f"timeout={timeout!r}: give a positive number of seconds, or None to wait for ever."
+            )
+        name = funcname(fn)
         if args or kwargs:
             fn = functools.partial(fn, *args, **kwargs)
-        if not self.cluster.processes:
-            return self._loop.run(self._scheduler.run_on_workers, fn, workers)
-        pickled = self._loop.run(self._scheduler.run_on_workers, _PickledResult(fn), workers)
-        return {address: cloudpickle.loads(data) for address, data in pickled.items()}
+        processes = self.cluster.processes
+        call = _PickledResult(fn) if processes else fn
+        # the engine times out each worker process; this wait is for a function that
+        # blocks the engine's loop itself (embedded workers run it there)
+        wait = None if timeout is None else timeout + (5.0 if processes else 0.0)
+        try:
+            results = self._loop.run(
+                self._scheduler.run_on_workers, call, workers, timeout, name, timeout=wait
+            )
+        except RunTimeoutError:
+            raise
+        except TimeoutError:
+            raise RunTimeoutError(name, timeout or 0) from None
+        if not processes:
+            return results
+        return {address: cloudpickle.loads(data) for address, data in results.items()}
 
     def register_plugin(self, plugin: Any, name: str | None = None) -> str:
         """Add a SchedulerPlugin (an instance); it is called from the engine's thread.

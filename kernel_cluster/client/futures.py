@@ -244,8 +244,10 @@ class Future:
         return self._state.status == "cancelled"
 
     def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
-        """Call ``fn(future)`` once the future is done (on the engine thread, or now)."""
-        self.client._on_done(self._state, lambda: fn(self))
+        """Call ``fn(future)`` once the future is done: now if it is, else on the
+        cluster's callback thread (never on the engine's loop, which a slow callback
+        would stall)."""
+        self.client._on_done(self._state, UserCallback(fn, self))
 
     def __repr__(self) -> str:
         return f"<Future: {self._state.status}, key: {self.key!r}>"
@@ -376,6 +378,21 @@ def mark_cancelled(
     return callbacks
 
 
+class UserCallback:
+    """A done-callback the user added: the registry hands it to ``defer`` rather than
+    run it on the engine's loop. (The engine's own callbacks, such as a ``Latch``'s,
+    are quick and run where the outcome lands.)"""
+
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[Future], Any], future: Future) -> None:
+        self.fn = fn
+        self.future = future
+
+    def __call__(self) -> None:
+        self.fn(self.future)
+
+
 def run_callback(cb: Callable[[], None]) -> None:
     try:
         cb()
@@ -399,9 +416,13 @@ class FutureRegistry:
         lock: threading.RLock,
         schedule_flush: Callable[[], None],
         unpack: Callable[[Any, Any], tuple[BaseException, Any]],
+        defer: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
-        """``unpack(exception, traceback)``: an exception reported as bytes, rebuilt."""
+        """``unpack(exception, traceback)``: an exception reported as bytes, rebuilt;
+        ``defer(fn)``: where the user's done-callbacks run when an outcome arrives from
+        the engine (its callback thread); None: right away."""
         self.lock = lock
+        self._defer = defer
         self.states: dict[Key, FutureState] = {}
         self.refcount: dict[Key, int] = {}
         self.releases: list[Key] = []
@@ -489,8 +510,12 @@ class FutureRegistry:
                 if st.callbacks:
                     callbacks.extend(st.callbacks)
                     st.callbacks = None
+        defer = self._defer
         for cb in callbacks:
-            run_callback(cb)
+            if defer is not None and type(cb) is UserCallback:
+                defer(functools.partial(run_callback, cb))
+            else:
+                run_callback(cb)
 
     def detach_cancelled(self, futures: list[Future]) -> list[Callable[[], None]]:
         """Cancel these futures now and detach them from their keys (lock held):

@@ -70,20 +70,31 @@ TransitionHook = Callable[[TaskState, str, str, SchedulerEvent | None], None]
 
 
 class KilledWorker(RuntimeError):
-    """A task was running on workers that died too many times; it may be what kills them."""
+    """A task was running on workers that died too many times; it may be what kills them.
 
-    def __init__(self, key: Key, last_worker: str, allowed_failures: int):
+    ``reason``: why the last of those workers went, when the engine knows (its nanny
+    ended it for passing its memory limit, say), with what to do about it.
+    """
+
+    def __init__(self, key: Key, last_worker: str, allowed_failures: int, reason: str = ""):
         self.key = key
         self.last_worker = last_worker
         self.allowed_failures = allowed_failures
-        super().__init__(
-            f"Task {key!r} was running on a worker that died {allowed_failures + 1} times "
-            f"(last: {last_worker}). It may crash its worker (memory, segfault, os._exit); "
-            "run it alone to check, or raise `allowed_failures` if the workers are flaky."
-        )
+        self.reason = reason
+        if reason:
+            super().__init__(
+                f"Task {key!r} was running on a worker that died {allowed_failures + 1} times "
+                f"(last: {last_worker}). The last time, {reason}"
+            )
+        else:
+            super().__init__(
+                f"Task {key!r} was running on a worker that died {allowed_failures + 1} times "
+                f"(last: {last_worker}). It may crash its worker (memory, segfault, os._exit); "
+                "run it alone to check, or raise `allowed_failures` if the workers are flaky."
+            )
 
-    def __reduce__(self) -> tuple[type[KilledWorker], tuple[Key, str, int]]:
-        return (KilledWorker, (self.key, self.last_worker, self.allowed_failures))
+    def __reduce__(self) -> tuple[type[KilledWorker], tuple[Key, str, int, str]]:
+        return (KilledWorker, (self.key, self.last_worker, self.allowed_failures, self.reason))
 
 
 class LostDependency(RuntimeError):
@@ -943,7 +954,7 @@ class SchedulerState:
                 if running is not None:
                     ts.alone = True
             if ts.suspicious > self.allowed_failures:
-                err = KilledWorker(ts.key, ws.address, self.allowed_failures)
+                err = KilledWorker(ts.key, ws.address, self.allowed_failures, ev.cause)
                 self._set_state(ts, "waiting")  # erred from a pending state
                 self._set_erred(ts, err, None, ts)
             else:

@@ -14,6 +14,8 @@ import time
 import weakref
 from typing import Any, TypedDict, Unpack
 
+import psutil
+
 from .comm import new_secret, write_secret_file
 from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
 from .dask_config import PROFILE_CYCLE, PROFILE_INTERVAL, WORKER_SATURATION, dask_setting
@@ -21,6 +23,7 @@ from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
 from .nanny import Nanny
+from .offload import Offloader
 from .peers import InProcessPeers
 from .scheduler import Scheduler
 from .shared_memory import SharedMemory, sweep_stale_segments
@@ -45,6 +48,9 @@ class WorkerSettings(TypedDict, total=False):
     memory_pause_fraction: float
     memory_monitor_interval: float
     memory_stuck_seconds: float
+    memory_terminate_fraction: float
+    serialize_timeout: float
+    loop_stuck_seconds: float
     profile: bool
     profile_interval: float
     profile_cycle_interval: float
@@ -124,8 +130,14 @@ class KernelCluster:
         self.token_file = os.path.join(self.local_directory, "token")
         write_secret_file(self.token_file, self.secret)
         self.pool = ConnectionPool(self.secret)
+        # values from worker processes are unpickled on a thread of this, not on the loop
+        self.unpickling = Offloader(f"{self.name}-unpickle", self.worker_config.serialize_timeout)
+        if processes:
+            self.unpickling.start()
         # a reader of shared memory only: the kernel's gather takes large values there
-        self.peers = InProcessPeers(RemoteData(self.pool, shared=SharedMemory(0)))
+        self.peers = InProcessPeers(
+            RemoteData(self.pool, offloader=self.unpickling, shared=SharedMemory(0))
+        )
         self.dispatcher = Dispatcher()
         self.loop_thread = LoopThread(f"{self.name}-loop")
         self.scheduler: Scheduler = self.loop_thread.run(
@@ -139,6 +151,8 @@ class KernelCluster:
         )
         self.server: SchedulerServer | None = None
         self.nanny: Nanny | None = None  # process mode
+        self._kernel_memory_watch: asyncio.Task | None = None  # embedded, with a limit
+        self._kernel_memory_warned = False
         self.workers: dict[str, Worker] = self.peers.workers
         _live_clusters.add(self)
         try:
@@ -159,6 +173,7 @@ class KernelCluster:
                     death_timeout=death_timeout,
                     on_register=nanny.on_register,
                     on_lost=nanny.on_lost,
+                    vouch=nanny.vouch,
                 )
                 self.scheduler.running_source = nanny.running_on
                 self.loop_thread.run(self.server.start)
@@ -166,6 +181,8 @@ class KernelCluster:
             else:
                 for _ in range(n_workers):
                     self.loop_thread.run(self._start_worker)
+                if self.memory_limit:
+                    self.loop_thread.run(self._start_kernel_memory_watch)
         except BaseException:
             self.close()
             raise
@@ -252,6 +269,41 @@ class KernelCluster:
         worker.start_periodic()
         return worker
 
+    # -- embedded workers' memory ----------------------------------------------------
+
+    def _start_kernel_memory_watch(self) -> None:
+        self._kernel_memory_watch = self.loop.create_task(self._watch_kernel_memory())
+
+    async def _watch_kernel_memory(self) -> None:
+        interval = max(self.worker_config.memory_monitor_interval, 0.5)
+        while not self._kernel_memory_warned:
+            self.check_kernel_memory()
+            await asyncio.sleep(interval)
+
+    def check_kernel_memory(self) -> None:
+        """Embedded workers: warn once when this process's memory passes what their
+        limits add up to. They spill and pause by the size of the results they hold,
+        but they share the kernel's process: nothing can stop a task from allocating
+        more, nor restart the kernel for it (worker processes are restarted)."""
+        if self._kernel_memory_warned or self.processes or not self.memory_limit:
+            return
+        n = max(len(self.workers), 1)
+        rss = psutil.Process().memory_info().rss
+        if rss <= n * self.memory_limit:
+            return
+        self._kernel_memory_warned = True
+        logger.warning(
+            "%s: the kernel's memory (%d MiB) passed its embedded workers' memory_limit "
+            "(%d x %d MiB). kernel-cluster cannot hold embedded workers to a limit: they "
+            "share the kernel's process, and only spill and pause by the size of the "
+            "results they hold. Use KernelCluster(processes=True) for a limit that is "
+            "enforced (a worker process over it is restarted). Warned once.",
+            self.name,
+            rss >> 20,
+            n,
+            self.memory_limit >> 20,
+        )
+
     def _stop_worker(self, address: str) -> Worker | None:
         worker = self.peers.workers.pop(address, None)
         if worker is None:
@@ -311,11 +363,14 @@ class KernelCluster:
         if self.nanny is not None:
             self.nanny.kill_all()  # those the loop could not stop
         self.loop_thread.stop()
+        self.unpickling.close()
         shutil.rmtree(self.local_directory, ignore_errors=True)
         self.status = "closed"
         _live_clusters.discard(self)
 
     async def _close_on_loop(self) -> None:
+        if self._kernel_memory_watch is not None:
+            self._kernel_memory_watch.cancel()
         # clients still attached would otherwise wait for ever on futures nobody computes
         self.scheduler.cancel_everything()
         stopped = []

@@ -39,10 +39,20 @@ from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from .code_sources import MAX_FILES
+from .execute import pack_exception
+from .memory_monitor import UnspillableMemoryError
 from .plugins import PluginSet, SchedulerPlugin, startstop_dicts
+from .run_function import run_on
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
-from .wire import SCHEDULER_EVENTS, CodeSources, Heartbeat, HeartbeatNow, HeartbeatReply
+from .wire import (
+    SCHEDULER_EVENTS,
+    CodeSources,
+    Heartbeat,
+    HeartbeatNow,
+    HeartbeatReply,
+    MemoryStuck,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +114,9 @@ class Scheduler:
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+        # key -> restarts of workers stuck over their memory limit with its value, which
+        # could not be spilled (MemoryStuck): past allowed_failures, the task fails
+        self.unspillable_restarts: dict[Key, int] = {}
         # unmanaged memory over the last 30 s (Dask's distributed.memory.recent-to-old-time)
         self.unmanaged_window = RecentMinimum(30.0)
         # lines of notebook cells that tasks' code comes from (code_sources.py), for
@@ -200,11 +213,13 @@ class Scheduler:
         reason: str = "",
         expected: bool = False,
         running: list[bytes] | None = None,
+        cause: str = "",
     ) -> None:
         """``expected``: the worker was stopped on purpose, so its tasks are not suspects.
         Otherwise only the tasks ``running`` there (key texts, see core/blame.py) are;
         None: unknown, every task sent there is. ``running_source`` (the nanny's
-        reading of a worker process's slots) is asked when ``running`` is not given."""
+        reading of a worker process's slots) is asked when ``running`` is not given.
+        ``cause``: why it went, for the user (a task failing for this death says so)."""
         if self.worker_channels.pop(address, None) is None:
             return
         if not expected and running is None and self.running_source is not None:
@@ -219,6 +234,7 @@ class Scheduler:
                 self._stimulus("remove-worker"),
                 self.clock(),
                 None if running is None else tuple(running),
+                cause,
             )
         )
         self.plugins.call_all("remove_worker", self, address)
@@ -251,11 +267,18 @@ class Scheduler:
         for channel in self.worker_channels.values():
             channel.send([CodeSources(new)])
 
-    async def run_on_workers(self, fn: Any, workers: list[str] | None = None) -> dict:
-        """``client.run``: ``fn`` on each worker; exceptions are re-raised here."""
+    async def run_on_workers(
+        self,
+        fn: Any,
+        workers: list[str] | None = None,
+        timeout: float | None = None,
+        name: str = "",
+    ) -> dict:
+        """``client.run``: ``fn`` on each worker; exceptions are re-raised here, and a
+        worker that has not answered in ``timeout`` seconds raises RunTimeoutError
+        naming ``name`` (or ``fn``'s)."""
         addresses = workers if workers is not None else list(self.state.workers)
-        results = await asyncio.gather(*(self.data_source.run(a, fn) for a in addresses))
-        return dict(zip(addresses, results))
+        return await run_on(self.data_source, addresses, fn, timeout, name)
 
     def add_client(self, client_id: str, handler: ReportHandler) -> None:
         self.client_handlers[client_id] = handler
@@ -300,9 +323,35 @@ class Scheduler:
                 events.append(make(msg, address, now))
             elif type(msg) is Heartbeat:
                 self._heartbeat(address, msg)
+            elif type(msg) is MemoryStuck:
+                events.extend(self._memory_stuck(address, msg, now))
             else:
                 logger.warning("Scheduler ignored unknown message %r from %s", msg, address)
         self.handle(*events)
+
+    def _memory_stuck(self, address: str, msg: MemoryStuck, now: float) -> list:
+        """A worker restarts, stuck over its limit with values it could not spill: they
+        would be computed again, and it would be stuck again, for ever. Each of them is
+        counted; past ``allowed_failures`` restarts it fails with UnspillableMemoryError
+        (and its dependents with it), which says why and what to do."""
+        tasks = self.state.tasks
+        counts = self.unspillable_restarts
+        for key in [k for k in counts if k not in tasks]:  # forgotten since
+            del counts[key]
+        held = sum(nbytes for nbytes, _ in msg.unspillable.values())
+        events = []
+        for key, (_, why) in msg.unspillable.items():
+            ts = tasks.get(key)
+            if ts is None or ts.state != "memory":
+                continue
+            n = counts[key] = counts.get(key, 0) + 1
+            if n <= self.state.allowed_failures:
+                continue
+            del counts[key]
+            error = UnspillableMemoryError(key, address, why, held, msg.limit, n)
+            packed = pack_exception(error, None)[0]
+            events.append(ResultSerializationFailed(key, address, packed, str(error), "", now))
+        return events
 
     # -- the door into the state machine, and routing ---------------------------------
 
