@@ -287,8 +287,8 @@ class PeerTransfers:
         write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
         if type(msg) is GetData:
             limits = (limit, getattr(comm, "max_message_size", None))
-            limit_ = min((x for x in limits if x), default=2**63)
-            reply = await self.data_reply(msg, limit_, channel=comm)
+            most = min((x for x in limits if x), default=2**63)
+            reply = await self.data_reply(msg, most, channel=comm)
         else:
             reply = await self.handle_request(msg)
         try:
