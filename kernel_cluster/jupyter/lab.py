@@ -20,7 +20,9 @@ Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
 - ``{"type": "memory", "samples": [[time, process, managed, unmanaged, spilled]]}``:
   the memory history kept here, all of it (after a reload or a new cluster);
 - ``{"type": "update", "parts": [...]}``: the feeds' deltas (``publisher.Publisher``);
-- ``{"type": "show", "kind": ..., "mode": ...}``: open a panel (``show()``).
+- ``{"type": "show", "kind": ..., "mode": ...}``: open a panel (``show()``);
+- ``{"type": "compare", "runs", "a", "b", "data", "error"}``: the Compare panel's
+  state, in answer to its request (``compare.state``).
 
 Browser -> kernel, validated here (anything else is logged and dropped):
 
@@ -29,7 +31,9 @@ Browser -> kernel, validated here (anything else is logged and dropped):
   need (``tasks``, ``profile``); metrics, spans and progress always flow, so the
   fine metrics, span tree and progress panels fill at once even while a cell runs
   (the kernel reads browser messages only between cells; it sends from a thread);
-- ``{"type": "profile", "prefix": str, "start": float | None, "stop": float | None}``.
+- ``{"type": "profile", "prefix": str, "start": float | None, "stop": float | None}``;
+- ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
+  the last pair compared, or the latest two).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 TARGET = "kernel-cluster-lab"
 PROTOCOL = 1
-VIEWS = ("fine-metrics", "span-tree", "profile", "task-stream", "memory", "progress")
+VIEWS = ("fine-metrics", "span-tree", "profile", "task-stream", "memory", "progress", "compare")
 MODES = ("split-right", "split-left", "split-top", "split-bottom", "tab-after", "tab-before")
 BASE_FEEDS = ("metrics", "spans", "progress")
 OPTIONAL_FEEDS = ("tasks", "profile")
@@ -58,6 +62,7 @@ INTERVAL = 0.5  # seconds between two looks at the cluster
 STATUS_INTERVAL = 1.0  # seconds between two status messages (and memory samples)
 MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
 CURRENT_SPANS = 8  # how many running spans the sidebar lists
+MAX_REF = 1000  # characters of a run's reference from the browser
 
 
 def cluster_summary(source: DiagnosticsSource) -> dict[str, Any]:
@@ -127,6 +132,14 @@ def check_message(content: Any) -> dict[str, Any]:
         if start is not None and stop is not None and stop < start:
             start, stop = stop, start
         return {"type": kind, "prefix": prefix, "start": start, "stop": stop}
+    if kind == "compare":
+        refs = {}
+        for side in ("a", "b"):
+            ref = content.get(side)
+            if ref is not None and (not isinstance(ref, str) or len(ref) > MAX_REF):
+                raise ValueError(f"'{side}' must be a run's reference (a string) or null")
+            refs[side] = ref or None
+        return {"type": kind, **refs}
     raise ValueError(f"unknown message type {kind!r}")
 
 
@@ -223,6 +236,10 @@ class Channel:
                 self.bind(self.hub.source)
                 for publisher in self.publishers.values():
                     publisher.send_full()
+            elif kind == "compare":  # asked by the Compare panel: answered once
+                from .compare import state
+
+                self.send({"type": "compare", **state(self.hub.source, request["a"], request["b"])})
             elif kind == "profile":
                 self.profile = {k: request[k] for k in ("prefix", "start", "stop")}
                 self._select_profile()

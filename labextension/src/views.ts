@@ -2,7 +2,7 @@
 // for them (metrics, spans and progress always flow; these are the extra feeds).
 import type { Kind } from '@kernel-cluster/widgets';
 
-export const VIEWS = ['fine-metrics', 'span-tree', 'profile', 'task-stream', 'memory', 'progress'] as const;
+export const VIEWS = ['fine-metrics', 'span-tree', 'profile', 'task-stream', 'memory', 'progress', 'compare'] as const;
 export type View = (typeof VIEWS)[number];
 
 export const MODES = ['split-right', 'split-left', 'split-top', 'split-bottom', 'tab-after', 'tab-before'] as const;
@@ -15,6 +15,7 @@ export const LABELS: Record<View, string> = {
   'task-stream': 'Task Stream',
   memory: 'Memory',
   progress: 'Progress',
+  compare: 'Compare',
 };
 
 /** Optional feeds (kernel_cluster/jupyter/lab.py OPTIONAL_FEEDS) a view needs. */
@@ -25,6 +26,7 @@ export const FEEDS: Record<View, ('tasks' | 'profile')[]> = {
   'task-stream': ['tasks'],
   memory: [],
   progress: [],
+  compare: [], // asked for, and answered, on its own (ClusterConnection.compareBinding)
 };
 
 /** The renderer (widgets/src/mount.ts) that draws a view; memory has its own. */
@@ -34,6 +36,7 @@ export const RENDERER: Record<Exclude<View, 'memory'>, Kind> = {
   profile: 'flame-graph',
   'task-stream': 'task-stream',
   progress: 'progress',
+  compare: 'compare',
 };
 
 export function isView(v: unknown): v is View {

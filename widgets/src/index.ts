@@ -5,3 +5,4 @@ export { Store } from './store';
 export { memoryView, type MemorySection } from './reportCharts';
 export { formatBytes } from './format';
 export type { Buffer, Part, UpdateMessage } from './types';
+export { CompareView, comparePanels, type CompareData, type RunChoice } from './compare';
