@@ -14,6 +14,7 @@ from typing import Any
 
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES
+from .span_folding import with_idle
 from .spans import FoldedSpan, Span
 
 # a subtree's (start, stop, done, durations, nbytes, states, metrics), before ``now``
@@ -114,11 +115,7 @@ def subtree_totals(spans: Iterable[Span], now: float) -> dict[str, SubtreeTotals
         else:  # a fold keeps its own
             intervals = span.nthreads_intervals
         active = sum((hi - lo) * n for lo, hi, n in intervals)
-        cumulative = dict(metrics)
-        used = sum(v for k, v in cumulative.items() if k[-1] == "seconds")
-        if active - used > 0:
-            key = ("execute", None, "idle", "seconds")
-            cumulative[key] = cumulative.get(key, 0) + active - used
+        cumulative = with_idle(metrics, active)  # as Span.cumulative_worker_metrics
         out[span.id] = SubtreeTotals(
             start, end, done, durations, nbytes, states, active, cumulative
         )
