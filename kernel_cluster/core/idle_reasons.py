@@ -15,8 +15,10 @@ they replace and a span's seconds still add up to its thread-seconds:
 - ``paused``: the worker was paused for memory and started nothing;
 - ``other``: what cannot be told apart: ready tasks held back on the worker itself (a
   suspect of killing workers runs alone), time before the reasons were first known.
-  In a span's own numbers (``with_idle`` in core/span_folding.py) it also holds the
-  thread time the span had but its threads spent on other spans' tasks.
+
+A span's own numbers (``with_idle`` in core/span_folding.py) add, beside the idle
+filed under it, Dask's "idle or other spans": the thread time the span had that
+neither its tasks nor that idle used (mostly other spans' tasks): no reason of these.
 
 The worker learns the reason from state it has (paused, fetches, tasks held) and from
 one flag the scheduler sends with ``SetClusterBusy`` (ready tasks queued there). It
@@ -31,6 +33,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import MutableSequence
 from operator import itemgetter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .worker_state import WorkerState
 
 NO_READY_TASK, WAITING_FOR_DATA, SCHEDULER_QUEUED, PAUSED, OTHER = range(5)
 REASONS = ("no-ready-task", "waiting-for-data", "scheduler-queued", "paused", "other")
@@ -68,6 +74,19 @@ def idle_reason(paused: bool, fetching: bool, queued: bool, held: bool) -> int:
     if held:
         return OTHER
     return NO_READY_TASK
+
+
+def worker_idle_reason(state: WorkerState, queued: bool) -> int:
+    """``idle_reason`` read off a worker's state machine, ``queued``: what the
+    scheduler said last (``SetClusterBusy.queued``)."""
+    return idle_reason(
+        state.paused,
+        bool(state.fetch or state.in_flight),
+        queued,
+        # after the worker started what it could, tasks still ready with room to start
+        # them are held back on purpose (a suspect runs alone)
+        bool(state.ready) and len(state.executing) < state.nthreads + state.prefetch,
+    )
 
 
 class ReasonClock:

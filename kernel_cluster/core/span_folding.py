@@ -25,7 +25,10 @@ FOLDED_ID = "default-folded"
 KEEP_DEFAULT_SPANS = 100  # finished default spans kept apart before the oldest fold
 MAX_INTERVALS = 64  # thread-time intervals a fold keeps (see FoldTotals.add_span)
 MAX_CODE = 10  # code snippets a fold keeps
-IDLE = ("execute", None, "idle", "seconds")  # the thread-seconds a span had and did not use
+# the thread-seconds the cluster offered while a span ran that its tasks did not use:
+# threads idle, or busy with other spans' tasks. Dask's key and wording: no task prefix
+# ("N/A"), and not the workers' own ``idle`` (a free thread while the cluster is busy)
+IDLE = ("execute", "N/A", "idle or other spans", "seconds")
 
 
 def is_default_span_id(span_id: object) -> bool:
@@ -45,13 +48,11 @@ def add_into(target: dict[Any, Any], source: Mapping[Any, Any]) -> None:
         target[key] = target.get(key, 0) + value
 
 
-def with_idle(
-    metrics: Mapping[Any, float], active_cpu_seconds: float, key: tuple[Any, ...] = IDLE
-) -> dict[Any, float]:
-    """A span's metrics plus, under ``key`` (``IDLE`` unless told), the thread-seconds
-    it had (``active_cpu_seconds``) and spent on none of its tasks nor on idle already
-    filed under it, so that its seconds add up to them. The engine files this rest as
-    ``idle: other`` (core/idle_reasons.py); Dask, which does not split idle, as ``IDLE``.
+def with_idle(metrics: Mapping[Any, float], active_cpu_seconds: float) -> dict[Any, float]:
+    """A span's metrics plus ``IDLE``: the thread-seconds it had (``active_cpu_seconds``)
+    and spent on none of its tasks (idle or on other spans' tasks) nor on the workers'
+    idle already filed under it by reason (``idle: ...``, core/idle_reasons.py), so
+    that its seconds add up to them.
 
     Idle filed under a span by reason may begin before the span did, or end after the
     scheduler saw it end (a worker hears of it a moment later): what passes the span's
@@ -61,7 +62,7 @@ def with_idle(
     used = sum(v for k, v in out.items() if k[-1] == "seconds")
     idle = active_cpu_seconds - used
     if idle > 0:
-        out[key] = out.get(key, 0) + idle
+        out[IDLE] = out.get(IDLE, 0) + idle
     elif idle < 0:
         split = [k for k, v in out.items() if _is_split_idle(k) and v > 0]
         filed = sum(out[k] for k in split)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES, TaskGroup
 from .span_folding import with_idle
-from .spans import SPAN_IDLE_REST, Span
+from .spans import Span
 
 
 class SpanSummary(NamedTuple):
@@ -79,7 +79,7 @@ def summarize(span: Span) -> SpanSummary:
         nbytes_total,
         states,
         active,
-        with_idle(metrics, active, SPAN_IDLE_REST),
+        with_idle(metrics, active),
         tasks,
         nbytes,
     )

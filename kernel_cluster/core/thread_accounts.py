@@ -352,10 +352,12 @@ class ThreadTimeline:
         ``running`` threads are inside a task: their time is the task's.
         """
         idle = 0.0
+        # a list: a thread started for a task that seceded adds itself meanwhile
+        accounts = list(self.accounts.items())
         if self.busy and not busy:
             if span is None:
                 span = self._latest_span()
-            for thread, account in self.accounts.items():
+            for thread, account in accounts:
                 mark = account.mark
                 if thread not in running and now > mark:
                     idle += now - mark
@@ -367,7 +369,7 @@ class ThreadTimeline:
                             parts = account.tail_idle[span] = [0.0] * len(REASONS)
                         self.reasons.split_into(mark, now, parts)
         elif busy and not self.busy:
-            for thread, account in self.accounts.items():
+            for thread, account in accounts:
                 if thread not in running and now > account.mark:
                     account.mark = now
         self.busy = busy
@@ -386,7 +388,7 @@ class ThreadTimeline:
 
     def restart(self, now: float, running: set[int] | frozenset[Any] = frozenset()) -> None:
         """Account free threads from ``now`` on (metrics were off until now)."""
-        for thread, account in self.accounts.items():
+        for thread, account in list(self.accounts.items()):
             if thread not in running:
                 account.mark = now
 

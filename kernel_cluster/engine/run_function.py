@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-__all__ = ["RUN_TIMEOUT", "RunTimeoutError", "run_on"]
+__all__ = ["RUN_TIMEOUT", "RunTimeoutError", "call_on_worker", "run_on"]
 
 # seconds ``client.run`` waits for its function on each worker, unless told otherwise
 RUN_TIMEOUT = 60.0
@@ -75,3 +75,18 @@ def _name_of(fn: Any) -> str:
             break
         fn = inner
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+async def call_on_worker(worker: Any, fn: Any) -> Any:
+    """Call ``fn(dask_worker=worker)`` (or ``fn()`` when it takes no such argument) on
+    the worker's loop, awaiting what it returns if that is awaitable."""
+    import inspect
+
+    try:
+        params: Any = inspect.signature(fn).parameters  # or {}: names are looked up
+    except (TypeError, ValueError):
+        params = {}
+    result = fn(dask_worker=worker) if "dask_worker" in params else fn()
+    if inspect.isawaitable(result):
+        result = await result
+    return result

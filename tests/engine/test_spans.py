@@ -10,7 +10,8 @@ import time
 import pytest
 
 from kernel_cluster import Client, KernelCluster, get_annotations, span
-from kernel_cluster.core.idle_reasons import is_idle
+from kernel_cluster.core.idle_reasons import IDLE_ACTIVITIES, is_idle
+from kernel_cluster.core.span_folding import IDLE
 
 
 def inc(x):
@@ -132,8 +133,9 @@ def test_parent_metrics_are_its_own_plus_its_childrens(sclient):
     parent, child = tree[parent_id], tree[child_id]
 
     def execute_only(metrics):
-        # idle is each span's own share of its thread time, not a sum over children
-        return {k: v for k, v in metrics.items() if not is_idle(k[2])}
+        # a span's idle (by reason, and its "idle or other spans") is its own share of
+        # its thread time, not a sum over its children
+        return {k: v for k, v in metrics.items() if k != IDLE and not is_idle(k[2])}
 
     child_m = execute_only(child.metrics)
     parent_m = execute_only(parent.metrics)
@@ -153,7 +155,13 @@ def test_fine_metrics_by_span_id_tag_or_tags(sclient):
     by_tag = sclient.fine_metrics(span="Alice's workflow")
     by_tags = sclient.fine_metrics(span=("Alice's workflow",))
     for frame in (by_id, by_tag, by_tags):
-        assert set(frame.function.dropna()) == {"alice_task"}
+        # beside its task, the thread time it had and did not use: the workers' idle
+        # filed under it by reason (no function) and its "idle or other spans" ("N/A")
+        rest = frame.function.isna() | (frame.function == "N/A")
+        assert set(frame[~rest].function) == {"alice_task"}
+        assert rest.any()
+        assert set(frame[frame.function.isna()].activity) <= set(IDLE_ACTIVITIES)
+        assert set(frame[frame.function == "N/A"].activity) <= {"idle or other spans"}
     with pytest.raises(KeyError, match="No span has the tag"):
         sclient.fine_metrics(span="nobody's workflow")
 
@@ -186,10 +194,12 @@ def test_two_clients_alice_and_bob_filter_as_the_seed_describes():
             t.join()
         assert results == {"alice": [1.02] * 3, "bob": [1.02] * 3}
         with Client(cluster, set_as_default=False) as viewer:
+            # no function: the workers' idle filed under the span by reason
             alice = set(viewer.fine_metrics(span="alice's workflow").function.dropna())
             loading = set(viewer.fine_metrics(span="data load").function.dropna())
-        assert alice == {"alice_load", "alice_prep"}
-        assert loading == {"alice_load", "bob_load"}
+        # "N/A": each span's "idle or other spans" line, as Dask's
+        assert alice - {"N/A"} == {"alice_load", "alice_prep"}
+        assert loading - {"N/A"} == {"alice_load", "bob_load"}
 
 
 def test_worker_death_does_not_lose_span_attribution():
