@@ -374,6 +374,7 @@ class Scheduler:
         info["managed"] = msg.managed
         info["spilled"] = msg.spilled
         info["executing"] = msg.executing
+        info["ready"] = msg.ready
         metrics = msg.metrics
         if metrics:
             self.add_worker_metrics(metrics)
@@ -495,6 +496,11 @@ class Scheduler:
                     "memory": self.worker_info.get(ws.address, {}).get("memory", 0),
                     "pid": self.worker_info.get(ws.address, {}).get("pid"),
                     "last_seen": self.worker_info.get(ws.address, {}).get("last_seen"),
+                    # as of its last heartbeat (the worker table)
+                    **{
+                        k: self.worker_info.get(ws.address, {}).get(k, 0)
+                        for k in ("executing", "ready", "managed", "spilled")
+                    },
                 }
                 for ws in self.state.workers.values()
             },

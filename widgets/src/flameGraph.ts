@@ -64,7 +64,7 @@ export class FlameGraphView {
   private unsubscribe: () => void;
   private focusPath: string[] = [];
   private prefixKey = '';
-  private resize: ResizeObserver | null = null;
+  private observer: ResizeObserver | null = null;
 
   constructor(
     host: HTMLElement,
@@ -108,11 +108,11 @@ export class FlameGraphView {
       unsubscribe();
     };
     if (typeof ResizeObserver === 'function' && options.width === undefined) {
-      this.resize = new ResizeObserver(() => {
+      this.observer = new ResizeObserver(() => {
         this.frame.request();
         this.timeline.draw();
       });
-      this.resize.observe(this.root);
+      this.observer.observe(this.root);
     }
     this.changed();
   }
@@ -346,9 +346,15 @@ export class FlameGraphView {
     );
   }
 
+  /** The host changed size: draw again at the new width. */
+  resize(): void {
+    this.frame.request();
+    this.timeline.draw();
+  }
+
   destroy(): void {
     this.frame.cancel();
-    this.resize?.disconnect();
+    this.observer?.disconnect();
     this.timeline.destroy();
     this.unsubscribe();
     this.root.remove();

@@ -172,6 +172,7 @@ class DaskSource:
         self._clock_lock = threading.Lock()
         self._installed = False
         self._kind: SourceKind | None = None
+        self._dashboard: str | None = None  # "" once known to have none
         hello = cast(dict[str, float], self._read("hello"))
         self._profile_interval = float(hello["profile_interval"])
         self._profile_cycle = float(hello["profile_cycle"])
@@ -303,7 +304,20 @@ class DaskSource:
             workers={a: _worker(a, w) for a, w in raw["workers"].items()},
             total_nthreads=int(raw["total_nthreads"]),
             tasks=int(raw["tasks"]),
+            engine="dask",
+            scheduler_address=self.address,
+            dashboard_link=self._dashboard_link(),
         )
+
+    def _dashboard_link(self) -> str | None:
+        """Dask's dashboard, if the scheduler serves one (it needs bokeh)."""
+        if self._dashboard is None:
+            try:
+                link = self.client.dashboard_link
+            except Exception:  # no dashboard service, or the client is closing
+                link = None
+            self._dashboard = link or ""
+        return self._dashboard or None
 
     def memory(self) -> MemorySnapshot:
         process, managed, spilled = cast(tuple[int, int, int], self._read("memory"))
@@ -402,6 +416,11 @@ def _worker(address: str, w: Mapping[str, Any]) -> WorkerInfo:
         memory_bytes=int(w["memory"]),
         pid=w["pid"],
         last_seen=w["last_seen"],
+        executing=w.get("executing"),
+        ready=int(w.get("ready", 0)),
+        managed_bytes=w.get("managed"),
+        spilled_bytes=int(w.get("spilled", 0)),
+        cpu_percent=w.get("cpu"),
     )
 
 
