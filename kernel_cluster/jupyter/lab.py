@@ -173,10 +173,10 @@ class Channel:
         self.sent_bytes = 0
         self.sent_messages = 0
         self.closed = False
-        # when the page was last heard from, whether on a subshell, and whether it pings
+        # when the page was last heard from (its comm's opening counts), and whether
+        # its messages come on a subshell
         self.last_heard = time.monotonic()
         self.on_subshell = False
-        self.pings = False
         self._lock = threading.RLock()
         _keep_browser_routing(comm)
         comm.on_msg(self._on_msg)
@@ -252,8 +252,7 @@ class Channel:
 
     def _handle(self, request: dict[str, Any]) -> None:
         kind = request["type"]
-        if kind == "ping":
-            self.pings = True
+        if kind == "ping":  # heard: that is all a ping says
             return
         if kind in CONTROLS:  # on a thread of its own: starting workers takes seconds
             self.hub.runner.run(request, self.send, self.hub.status_now)
@@ -277,12 +276,11 @@ class Channel:
                     waiting.tick(force=True)
 
     def stale(self, now: float, newest: float) -> bool:
-        """Its page is gone: a page that pings has not for ``STALE_SECONDS``. Pings on
-        a subshell arrive while cells run; on the main shell they wait for the cell,
-        so there only silence while other pages were heard counts (``newest``: when
-        the hub last heard any page)."""
-        if not self.pings:
-            return False
+        """Its page is gone: silent for ``STALE_SECONDS``, though a page pings every
+        ``PING_SECONDS`` from the moment its comm opens. Pings on a subshell arrive
+        while cells run; on the main shell they wait for the running cell, so there
+        only silence while other pages were heard counts (``newest``: when the hub
+        last heard any page; a lone page on the main shell is never judged)."""
         if self.on_subshell:
             return now - self.last_heard > STALE_SECONDS
         return newest - self.last_heard > STALE_SECONDS

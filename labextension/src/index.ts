@@ -90,10 +90,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const open = (view: View, path: string, mode?: Mode, ref?: string, activate = true): ClusterPanel => {
       const existing = find(view, path);
-      if (existing) {
+      if (existing?.isAttached) {
         if (activate) app.shell.activateById(existing.id);
         return existing;
       }
+      existing?.dispose(); // made by the restorer, then left out of the restored layout
       const panel = new ClusterPanel(view, path, connections);
       const where = mode ? { mode, ref: ref ?? connections.notebook(path)?.id ?? null } : placement(path);
       app.shell.add(panel, 'main', { mode: where.mode, ref: where.ref, activate });
@@ -229,6 +230,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
         command: CommandIDs.open,
         args: (panel) => ({ view: panel.view, path: panel.path, restore: true }),
         name: (panel) => `${panel.view}:${panel.path}`,
+      });
+      // a panel saved in the state but not in the saved layout (closed just before a
+      // reload) is made by the restorer and left out of the dock: it would hold its
+      // feeds in the kernel for nothing
+      void app.restored.then(() => {
+        panels.forEach((p) => {
+          if (!p.isAttached) p.dispose();
+        });
       });
     }
     if (settings) {

@@ -14,7 +14,7 @@ import { clusterIcon } from './icon';
 import { CAPTIONS, LABELS, VIEWS, type View } from './views';
 
 const KINDS: Record<string, string> = {
-  embedded: 'embedded (threads in the kernel)',
+  embedded: 'embedded',
   processes: 'worker processes',
 };
 
@@ -118,12 +118,13 @@ export class ClusterSidebar extends Widget {
   }
 
   private buildControls(): void {
-    for (const [value, text] of [
-      ['embedded', 'embedded (threads in the kernel)'],
-      ['processes', 'worker processes'],
+    for (const [value, text, title] of [
+      ['embedded', 'embedded', 'worker threads in the kernel process: no copies between tasks'],
+      ['processes', 'processes', 'worker processes: parallel past the GIL, memory apart'],
     ]) {
       const option = el('option', '', text);
       option.value = value;
+      option.title = title;
       this.mode.append(option);
     }
     this.mode.setAttribute('aria-label', 'kind');
@@ -176,7 +177,11 @@ export class ClusterSidebar extends Widget {
    * describes when there is none yet. */
   clientCode(path: string): string {
     const conn = this.connections.get(path);
-    if (conn?.cluster?.client_code) return conn.cluster.client_code;
+    const c = conn?.cluster;
+    if (c?.client_code) return c.client_code;
+    if (c?.engine === 'dask' && c.address) {
+      return `from distributed import Client\n\nclient = Client(${JSON.stringify(c.address)})  # the attached Dask cluster`;
+    }
     const args = [`n_workers=${this.nWorkers.valueAsNumber}`, `threads_per_worker=${this.nThreads.valueAsNumber}`];
     if (this.mode.value === 'processes') args.push('processes=True');
     const limit = this.memoryLimit.value.trim();
@@ -253,13 +258,13 @@ export class ClusterSidebar extends Widget {
     const reachable = !!conn && (conn.state === 'no-cluster' || conn.state === 'no-package' || conn.state === 'live');
     this.controls.hidden = !this.path;
     this.startForm.hidden = !!c;
-    this.liveForm.hidden = !c;
     const pending = conn?.control.pending ?? null;
     for (const input of this.startForm.querySelectorAll<HTMLInputElement | HTMLSelectElement | HTMLButtonElement>('input, select, button')) {
       input.disabled = !reachable || pending !== null;
     }
     const canScale = !!c?.controls?.scale;
     const canStop = !!c?.controls?.stop;
+    this.liveForm.hidden = !c || (!canScale && !canStop);
     this.scaleTo.disabled = !canScale || pending !== null;
     this.scaleButton.disabled = !canScale || pending !== null;
     this.stopButton.disabled = !canStop || pending !== null;

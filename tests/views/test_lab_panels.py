@@ -174,16 +174,22 @@ def test_a_channel_whose_page_went_silent_is_closed(restore_default_source):  # 
     set_default_source(None)
     h = lab.Hub()
     try:
-        old, live, quiet = RecordingComm(), RecordingComm(), RecordingComm()
-        channels = [h.opened(c) for c in (old, live, quiet)]
-        for comm in (old, live):
+        old, live, gone = RecordingComm(), RecordingComm(), RecordingComm()
+        channels = [h.opened(c) for c in (old, live, gone)]
+        for comm in (old, live, gone):
             comm.from_browser({"type": "ping"}, subshell="sub")
         channels[0].last_heard -= lab.STALE_SECONDS + 1  # its page stopped pinging
-        channels[2].last_heard -= lab.STALE_SECONDS + 1  # never pinged: an older page
+        channels[2].last_heard -= lab.STALE_SECONDS - 1  # not long enough yet
         h._close_stale()
         assert channels[0] not in h.channels and channels[0].closed
         assert channels[1] in h.channels and channels[2] in h.channels
         assert old.sent[-1][0] == "comm_close"
+        # a page reloaded before its first ping: its comm's opening was the last word
+        never = RecordingComm()
+        quiet = h.opened(never)
+        quiet.last_heard -= lab.STALE_SECONDS + 1
+        h._close_stale()
+        assert quiet not in h.channels
     finally:
         h.close()
 

@@ -42,8 +42,9 @@ export function panel(page: IJupyterLabPageFixture, view: string, notebook = PAN
 
 export const sidebar = (page: IJupyterLabPageFixture): Locator => page.locator('#kernel-cluster-sidebar');
 
+/** Show the sidebar (a restored layout may show it already: a click would hide it). */
 export async function openSidebar(page: IJupyterLabPageFixture): Promise<void> {
-  await page.locator('.jp-SideBar .lm-TabBar-tab[data-id="kernel-cluster-sidebar"]').click();
+  if (!(await sidebar(page).isVisible())) await page.locator('.jp-SideBar .lm-TabBar-tab[data-id="kernel-cluster-sidebar"]').click();
   await expect(sidebar(page)).toBeVisible();
 }
 

@@ -23,6 +23,13 @@ export function sizeCanvas(canvas: HTMLCanvasElement, width: number, height: num
   return ctx;
 }
 
+/** A canvas view's width: its element's, down to a narrow panel's (160 px), or 400
+ * where it has none yet (hidden, or no layout as in jsdom). */
+export function fitWidth(el: Element): number {
+  const w = el.clientWidth || 0;
+  return w > 0 ? Math.max(w, 160) : 400;
+}
+
 /** Calls ``fn`` once on the next animation frame however often it is asked. */
 export class FrameScheduler {
   private pending = 0;

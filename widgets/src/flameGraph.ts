@@ -8,7 +8,7 @@
 // frames in the zoomed range (a search per row: frames of one depth are laid out
 // left to right), skips frames thinner than half a pixel and fills frame colour by
 // frame colour, so ten thousand frames draw in a few milliseconds.
-import { FrameScheduler, lowerBound, onThemeChange, sizeCanvas, themeColor } from './canvas';
+import { fitWidth, FrameScheduler, lowerBound, onThemeChange, sizeCanvas, themeColor } from './canvas';
 import { FLAME_PALETTE } from './colors';
 import { h, Tooltip } from './dom';
 import { formatPercent, formatSeconds } from './format';
@@ -118,7 +118,7 @@ export class FlameGraphView {
   }
 
   get width(): number {
-    return this.options.width ?? Math.max(this.root.clientWidth || 0, 400);
+    return this.options.width ?? fitWidth(this.root);
   }
 
   get rows(): number {

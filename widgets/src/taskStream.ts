@@ -9,7 +9,7 @@
 // names the task. What is in view and where (the layout) is computed in
 // taskStreamLayout.ts; this module draws it and handles events.
 import { ACTION_COLORS, ACTIONS } from './colors';
-import { capture, FrameScheduler, formatOffset, onThemeChange, sizeCanvas, themeColor, timeTicks } from './canvas';
+import { capture, fitWidth, formatOffset, FrameScheduler, onThemeChange, sizeCanvas, themeColor, timeTicks } from './canvas';
 import { h, Tooltip } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import type { Store } from './store';
@@ -109,7 +109,7 @@ export class TaskStreamView {
   }
 
   get width(): number {
-    return this.options.width ?? Math.max(this.root.clientWidth || 0, 400);
+    return this.options.width ?? fitWidth(this.root);
   }
 
   get height(): number {

@@ -199,7 +199,7 @@ describe('fine metrics', () => {
     width = 500;
     view.resize();
     await new Promise((r) => setTimeout(r, 40)); // the next frame
-    expect(svgWidth()).toBe(320); // the bars' minimum width
+    expect(svgWidth()).toBe(250);
     width = 800;
     view.resize();
     await new Promise((r) => setTimeout(r, 40));
