@@ -39,6 +39,8 @@ def test_a_fresh_venv_gets_the_lab_extension_from_the_wheel(tmp_path: Path) -> N
     (wheel,) = dist.glob("kernel_cluster-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         shipped = zf.read("kernel_cluster/jupyter/static/widget.js").decode()
+        # type checkers read the package's annotations (PEP 561)
+        assert "kernel_cluster/py.typed" in zf.namelist()
     assert shipped != stale
     assert shipped == (ROOT / "kernel_cluster" / "jupyter" / "static" / "widget.js").read_text()
     fresh = tmp_path / "fresh"

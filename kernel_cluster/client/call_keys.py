@@ -13,7 +13,7 @@ import uuid
 import weakref
 from typing import Any
 
-_object_tokens: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_object_tokens: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
 _function_tokens: dict[int, tuple[Any, str]] = {}
 
 

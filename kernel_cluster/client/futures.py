@@ -16,9 +16,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 from ..core.keys import Key
+from ..core.scheduler_messages import ReportKey
 
 
 def task_error(state: Any) -> BaseException:
@@ -55,7 +56,7 @@ class FutureOwner(Protocol):
     def _inc_ref(self, key: Key) -> None: ...
     def _dec_ref(self, key: Key) -> None: ...
     def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
-    def _gather_keys(self, keys: list[Key]) -> dict: ...
+    def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]: ...
     def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
     def cancel(self, futures: Future | Iterable[Future]) -> None: ...
 
@@ -72,7 +73,7 @@ class CancelledError(concurrent.futures.CancelledError):
         self.reason = reason
         super().__init__(f"Future {key!r} was cancelled" + (f": {reason}" if reason else "."))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[CancelledError], tuple[Key, str | None]]:
         return (CancelledError, (self.key, self.reason))
 
 
@@ -222,7 +223,7 @@ class Future:
     def __repr__(self) -> str:
         return f"<Future: {self._state.status}, key: {self.key!r}>"
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError(
             f"Future {self.key!r} cannot be pickled; pass it as an argument to submit() and "
             "the task receives its value."
@@ -230,8 +231,8 @@ class Future:
 
 
 class DoneAndNotDone(NamedTuple):
-    done: set
-    not_done: set
+    done: set[Future]
+    not_done: set[Future]
 
 
 def wait(
@@ -263,7 +264,7 @@ class as_completed:
     """Iterate over futures in the order they finish; more can be ``add``-ed meanwhile."""
 
     def __init__(self, futures: Iterable[Future] = (), with_results: bool = False):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Future] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
         self.with_results = with_results
@@ -281,7 +282,9 @@ class as_completed:
     def is_empty(self) -> bool:
         return self._pending == 0
 
-    def iter(self, timeout: float | None = None) -> Iterator:
+    def iter(self, timeout: float | None = None) -> Iterator[Any]:
+        """The futures as they finish (with ``with_results``: ``(future, result)``
+        pairs); ``TimeoutError`` if none finishes within ``timeout`` seconds."""
         check_timeout(timeout)
         while True:
             with self._lock:
@@ -298,7 +301,7 @@ class as_completed:
             else:
                 yield future
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> Iterator[Any]:
         return self.iter()
 
 
@@ -406,7 +409,7 @@ class FutureRegistry:
 
     # -- outcomes ----------------------------------------------------------------------
 
-    def apply_reports(self, reports: list, seq: int) -> None:
+    def apply_reports(self, reports: list[ReportKey], seq: int) -> None:
         """The scheduler's ReportKey messages, sent after client event ``seq``."""
         callbacks: list[Callable[[], None]] = []
         with self.lock:

@@ -1,10 +1,15 @@
 """Graph packing: what the client sends the scheduler for a submission.
 
-Arguments with their futures swapped for references (``replace_futures``), tasks
-pickled for another process with an error naming the part that cannot travel
-(``dumps_task``), and a submission's annotations: its span, where it may run, the
-user's code that made it (``placement``). ``collect_futures``/``rebuild`` do the
-reverse for ``gather``.
+``pack_call``, ``pack_map`` and ``pack_graph`` make the one event a submission is
+(``GraphSubmitted``) and the keys it asks for. They are pure: no lock, no future, no
+engine call, so the synchronous ``Client`` and an asynchronous one share them; the
+caller then queues the event and makes its own kind of future for the keys.
+
+Under them: arguments with their futures swapped for references
+(``replace_futures``), tasks pickled for another process with an error naming the
+part that cannot travel (``dumps_task``), and a submission's annotations: its span,
+where it may run, the user's code that made it (``placement``).
+``collect_futures``/``rebuild`` do the reverse for ``gather``.
 """
 
 from __future__ import annotations
@@ -13,33 +18,166 @@ import linecache
 import os
 import pickle
 import sys
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 
 from ..core.annotations import current_span
-from ..core.keys import Key
-from ..core.spec import Call, Ref, TaskSpec, holds_refs
+from ..core.keys import Key, validate_key
+from ..core.scheduler_messages import GraphSubmitted
+from ..core.spec import Call, Ref, TaskSpec, graph_order, holds_refs
 from ..engine.comm import SerializationError
+from . import dask_graphs
+from .call_keys import funcname, function_token, tokenize
+from .dask_graphs import DaskGraph
 from .futures import Future
 
 __all__ = [
+    "Packer",
     "collect_futures",
     "dumps_library_tasks",
     "dumps_task",
+    "pack_call",
+    "pack_graph",
+    "pack_map",
     "placement",
     "rebuild",
     "replace_futures",
     "user_code",
 ]
 
+Placement = dict[str, Any] | None  # a submission's annotations (``placement``)
+
+
+class Packer(Protocol):
+    """The client a submission is packed for: its id, whether its workers are other
+    processes (tasks travel pickled), and the cluster whose futures it accepts as
+    arguments (a future's ``client.cluster``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def cluster(self) -> object: ...
+    @property
+    def _pickle_tasks(self) -> bool: ...
+
+
+def pack_call(
+    client: Packer,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    key: Key | None,
+    pure: bool,
+    where: Placement,
+) -> tuple[Key, GraphSubmitted]:
+    """``submit(fn, *args, **kwargs)`` as the scheduler takes it: its key and event."""
+    if not callable(fn):
+        raise TypeError(f"submit() needs a callable first, got {type(fn).__name__} {fn!r}.")
+    deps: set[Key] = set()
+    args2 = tuple(replace_futures(a, deps, client) for a in args)
+    kwargs2 = replace_futures(kwargs, deps, client) if kwargs else None
+    if key is None:
+        token = tokenize(function_token(fn), args2, kwargs2) if pure else uuid.uuid4().hex
+        key = f"{funcname(fn)}-{token}"
+    else:
+        validate_key(key)
+    spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
+    payload = dumps_task(key, spec) if client._pickle_tasks else spec
+    event = GraphSubmitted(client.id, {key: payload}, {key: spec.dependencies}, [key], None, where)
+    return key, event
+
+
+def pack_map(
+    client: Packer,
+    fn: Callable[..., Any],
+    iterables: tuple[Iterable[Any], ...],
+    kwargs: dict[str, Any],
+    key: str | list[Key] | None,
+    pure: bool,
+    where: Placement,
+) -> tuple[list[Key], GraphSubmitted]:
+    """``map(fn, *iterables, **kwargs)`` in one event: a key per item (repeated keys
+    once in the event), and the event."""
+    if not callable(fn):
+        raise TypeError(f"map() needs a callable first, got {type(fn).__name__} {fn!r}.")
+    if not iterables:
+        raise TypeError("map() needs at least one iterable of arguments.")
+    columns = [list(it) for it in iterables]
+    n = min(len(c) for c in columns)
+    deps_kw: set[Key] = set()
+    kwargs2 = replace_futures(kwargs, deps_kw, client) if kwargs else None
+    if isinstance(key, list):
+        if len(key) != n:
+            raise ValueError(f"map() got {len(key)} keys for {n} tasks.")
+        for k in key:
+            validate_key(k)
+        keys = key
+    else:
+        prefix = key if isinstance(key, str) else funcname(fn)
+        keys = []
+    ftoken = function_token(fn) if pure else ""
+    pickled = client._pickle_tasks
+    specs: dict[Key, TaskSpec | bytes] = {}  # bytes: pickled for worker processes
+    dependencies: dict[Key, frozenset[Key]] = {}
+    order: dict[Key, int] = {}
+    out_keys: list[Key] = []
+    for i in range(n):
+        deps = set(deps_kw)
+        args = tuple(replace_futures(c[i], deps, client) for c in columns)
+        if isinstance(key, list):
+            k = keys[i]
+        elif pure:
+            k = f"{prefix}-{tokenize(ftoken, args, kwargs2)}"
+        else:
+            k = f"{prefix}-{uuid.uuid4().hex}"
+        out_keys.append(k)
+        if k in specs:
+            continue
+        spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
+        specs[k] = dumps_task(k, spec) if pickled else spec
+        dependencies[k] = spec.dependencies
+        order[k] = i
+    return out_keys, GraphSubmitted(client.id, specs, dependencies, list(specs), order, where)
+
+
+def pack_graph(
+    client: Packer,
+    specs: dict[Key, TaskSpec],
+    wanted: list[Key],
+    graph: DaskGraph | None,
+    where: Placement,
+) -> GraphSubmitted:
+    """A parsed graph as the scheduler takes it (pickled here for worker processes:
+    call it outside the client's lock). ``graph``: what a dask graph brings besides
+    its specs (priorities, annotations), or None for a dict graph."""
+    order = graph_order(specs, wanted)
+    if graph is not None:
+        if graph.priority:
+            order = dask_graphs.prioritized(order, graph.priority)
+        if graph.annotations:
+            where = {**(where or {}), "tasks": graph.annotations}
+        if graph.ignored:
+            dask_graphs.warn_ignored(graph.ignored)
+    deps = {k: s.dependencies for k, s in specs.items()}
+    payloads: dict[Key, Any] = specs
+    if client._pickle_tasks:
+        payloads = (
+            dumps_library_tasks(specs)
+            if graph is not None
+            else {k: dumps_task(k, s) for k, s in specs.items()}
+        )
+    return GraphSubmitted(client.id, payloads, deps, wanted, order, where)
+
 
 def dumps_task(key: Key, spec: TaskSpec) -> bytes:
     """Pickle a task for another process, or say which part of it cannot travel."""
     try:
-        return cloudpickle.dumps(spec, protocol=5)
+        data: bytes = cloudpickle.dumps(spec, protocol=5)
+        return data
     except Exception as exc:
         call = spec.expr
         parts: list[tuple[str, Any]]
@@ -83,9 +221,7 @@ def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
     return out
 
 
-def placement(
-    workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1
-) -> dict | None:
+def placement(workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1) -> Placement:
     """A submission's annotations: its span, where it may run, the code that made it."""
     out: dict[str, Any] = {}
     current = current_span.get()
@@ -102,13 +238,14 @@ def placement(
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kernel_cluster/
-_code_cache: dict[tuple[str, int], tuple] = {}
+CodeFrame = tuple[str, int, str, str]  # (filename, line, function, source line)
+_code_cache: dict[tuple[str, int], CodeFrame] = {}
 
 
-def user_code(nframes: int) -> tuple:
+def user_code(nframes: int) -> tuple[CodeFrame, ...]:
     """(filename, line, function, source line) of the user's frames calling us."""
     frame: FrameType | None = sys._getframe(2)
-    out: list[tuple[str, int, str, str]] = []
+    out: list[CodeFrame] = []
     while frame is not None and len(out) < nframes:
         filename = frame.f_code.co_filename
         if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:
@@ -124,7 +261,7 @@ def user_code(nframes: int) -> tuple:
     return tuple(out)
 
 
-def replace_futures(obj: Any, deps: set, client: Any) -> Any:
+def replace_futures(obj: Any, deps: set[Key], client: Packer) -> Any:
     """Arguments with every future swapped for a reference to its key."""
     t = type(obj)
     if t is Future:
@@ -187,7 +324,9 @@ def collect_futures(obj: Any, out: list[Future]) -> None:
             collect_futures(v, out)
 
 
-def rebuild(obj: Any, data: dict) -> Any:
+def rebuild(obj: Any, data: dict[Key, Any]) -> Any:
+    """``obj`` with each future replaced by its value in ``data`` (those missing from
+    it, failed ones that ``gather(errors="skip")`` leaves out, dropped)."""
     t = type(obj)
     if t is Future:
         return data.get(obj.key)

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-import kernel_cluster.client.client as client_module
 from kernel_cluster.client.client import Client, get_client
+from kernel_cluster.client.default import default_cluster
 from kernel_cluster.client.futures import CancelledError, as_completed, wait
 from kernel_cluster.engine.cluster import KernelCluster
 
@@ -40,11 +40,11 @@ def worker_addresses(client: Client) -> list[str]:
 @pytest.fixture
 def no_default_cluster() -> Iterator[None]:
     """No default cluster before the test, and none left running after it."""
-    previous = client_module._default_cluster
+    previous = default_cluster()
     assert previous is None or previous.status == "closed", "a default cluster is running"
     before = set(threading.enumerate())
     yield
-    leftover = client_module._default_cluster
+    leftover = default_cluster()
     if leftover is not None and leftover.status != "closed":
         leftover.close()
         pytest.fail("the test left the default cluster running")

@@ -3,8 +3,8 @@ working. The last client to close stops it."""
 
 from __future__ import annotations
 
-from kernel_cluster.client import client as client_module
 from kernel_cluster.client.client import Client
+from kernel_cluster.client.default import default_cluster
 from tests.engine.helpers import assert_nothing_left, running_now
 
 
@@ -32,8 +32,9 @@ def test_closing_one_default_client_leaves_the_other_working():
     finally:
         for c in (first, second):
             c.close()
-        if client_module._default_cluster is not None:
-            client_module._default_cluster.close()
+        leftover = default_cluster()
+        if leftover is not None:
+            leftover.close()
     assert_nothing_left(before)
 
 

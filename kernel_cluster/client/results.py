@@ -1,0 +1,102 @@
+"""Results: ``gather`` (and each future's ``result()``) fetch values from the
+workers; ``cancel`` stops what is not finished."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeVar, overload
+
+from ..core.keys import Key
+from ..core.scheduler_messages import ClientCancelledKeys
+from .base import ClientBase
+from .futures import FAILED, Future, FutureState, raise_if_failed, run_callback, task_error
+from .graph_packing import collect_futures, rebuild
+
+K = TypeVar("K")
+
+
+class Results(ClientBase):
+    """Values back from the cluster, and cancellation."""
+
+    @overload
+    def gather(self, futures: list[Any], errors: str = ...) -> list[Any]: ...
+    @overload
+    def gather(self, futures: tuple[Any, ...], errors: str = ...) -> tuple[Any, ...]: ...
+    @overload
+    def gather(self, futures: dict[K, Any], errors: str = ...) -> dict[K, Any]: ...
+    @overload
+    def gather(self, futures: Any, errors: str = ...) -> Any: ...
+
+    def gather(self, futures: Any, errors: str = "raise") -> Any:
+        """Values for a future, or a (nested) list / tuple / dict of futures: the same
+        structure with each future replaced by its value.
+
+        ``errors="skip"`` leaves out failed and cancelled futures instead of raising.
+        """
+        if errors not in ("raise", "skip"):
+            raise ValueError(f"errors={errors!r}: use 'raise' or 'skip'.")
+        flat: list[Future] = []
+        collect_futures(futures, flat)
+        self._wait_all([f._state for f in flat], errors == "raise")
+        good = []
+        failed: tuple[FutureState, Key] | None = None
+        for f in flat:
+            status = f._state.status
+            if status == "finished":
+                good.append(f.key)
+            elif errors == "raise" and status in FAILED:  # others may still be pending
+                failed = f._state, f.key
+                break
+        if failed is not None:
+            # the traceback keeps this frame: let go of the futures first (see Future.result)
+            del futures, flat, f
+            st, key = failed
+            raise_if_failed([key], [st])
+        data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
+        return rebuild(futures, data)
+
+    def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]:
+        if self.status != "running":
+            raise RuntimeError(
+                f"Cannot fetch the result of {keys[0]!r}: {self.id} is closed, and the results "
+                "it held were released with it. Gather what you need before client.close(), "
+                "or compute it again with a new Client()."
+            )
+        self._check_running()
+        data, missing = self._loop.run(self._scheduler.gather, keys)
+        if missing:
+            with self._lock:
+                erred = [self._futures.states.get(k) for k in missing]
+            for st in erred:  # e.g. a result that turned out not to be serialisable
+                if st is not None and st.status == "error" and st.exception is not None:
+                    raise task_error(st)
+            raise KeyError(
+                f"{len(missing)} results are no longer on the cluster (first: {missing[0]!r}); "
+                "they were released or their worker was lost."
+            )
+        return data
+
+    def cancel(self, futures: Future | Iterable[Future]) -> None:
+        """Stop these tasks (and whatever depends on them) if they have not finished."""
+        fs: list[Any]  # checked below
+        if isinstance(futures, Future):
+            fs = [futures]
+        else:
+            try:
+                fs = list(futures)
+            except TypeError:
+                fs = [futures]
+        for f in fs:
+            if not isinstance(f, Future):
+                raise TypeError(
+                    f"cancel() takes a Future or a list of Futures, got {type(f).__name__} "
+                    f"{f!r}; to cancel by key, keep the future that submit() returned."
+                )
+        keys = [f.key for f in fs]
+        if not keys or self.status != "running":
+            return
+        with self._lock:
+            self._enqueue(ClientCancelledKeys(self.id, keys))
+            callbacks = self._futures.detach_cancelled(fs)
+        for cb in callbacks:
+            run_callback(cb)

@@ -1,0 +1,123 @@
+"""What a client shows of its cluster: fine metrics, the task stream, profiles, spans,
+the dashboard, and the workers. Each reads the cluster through ``diagnostics`` (a
+DiagnosticsSource, the same protocol every view uses); the modules behind each
+view are imported on first use."""
+
+from __future__ import annotations
+
+import numbers
+from typing import TYPE_CHECKING, Any
+
+from ..diagnostics.sources.engine_source import EngineSource
+from .base import ClientBase
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..diagnostics.queries.task_stream import TaskStreamRecorder
+    from ..diagnostics.spans import SpanTreeView
+    from ..jupyter.widgets import Dashboard
+
+
+class Views(ClientBase):
+    """The read-only views of the client's cluster."""
+
+    @property
+    def diagnostics(self) -> EngineSource:
+        """The read-only DiagnosticsSource every view of this client's cluster reads."""
+        return self._source
+
+    _diagnostics = diagnostics  # the name earlier versions used
+
+    def scheduler_info(self) -> dict[str, Any]:
+        """The workers (address, name, threads, memory, pid, ...) and task counts."""
+        self._check_running()
+        return self._loop.run(self._scheduler.scheduler_info)
+
+    def fine_metrics(self, unit: str | None = "seconds", span: Any = None) -> pd.DataFrame:
+        """Where the workers' time went: a DataFrame with columns context, span,
+        function, activity, unit and value. ``unit=None`` keeps every unit; see
+        ``kernel_cluster.diagnostics.queries.fine_metrics`` for the by-function and
+        by-activity tables."""
+        from ..diagnostics.queries.fine_metrics import span_frame, to_frame
+
+        self._check_running()
+        if span is None:
+            return to_frame(self.diagnostics.fine_metrics(), unit=unit)
+        metrics, label = self.diagnostics.span_metrics(span)
+        return span_frame(metrics, label, unit=unit)
+
+    def get_task_stream(self) -> TaskStreamRecorder:
+        """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of
+        exactly the tasks that ran inside the block."""
+        from ..diagnostics.queries.task_stream import TaskStreamRecorder
+
+        self._check_running()
+        return TaskStreamRecorder(self.diagnostics)
+
+    def task_stream(
+        self, start: Any = None, stop: Any = None, count: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Task stream records of tasks that ended between ``start`` and ``stop``
+        (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them,
+        as dicts (``diagnostics.snapshots.TaskStreamRecord.as_dict``)."""
+        from ..diagnostics.queries.timewindow import resolve_window
+
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0
+        ):
+            raise ValueError(
+                f"count={count!r}: give how many of the latest records to return, an int "
+                ">= 0 (0 or None: all of them)."
+            )
+        self._check_running()
+        source = self.diagnostics
+        start_t, stop_t = resolve_window(start, stop, source.now())
+        records = source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
+        return [r.as_dict() for r in records]
+
+    def profile(
+        self,
+        start: Any = None,
+        stop: Any = None,
+        key: Any = None,
+        prefix: str | None = None,
+        workers: Any = None,
+        filename: Any = None,
+    ) -> dict[str, Any]:
+        """The workers' statistical profile, merged: a count tree ``{"description",
+        "count", "own", "identifier", "children"}``. ``start`` / ``stop``: timestamps or
+        durations ago (``"10s"``); ``key`` / ``prefix``: one task prefix; ``workers``:
+        addresses or names; ``filename``: also write an HTML flame graph there."""
+        from ..diagnostics.pages.profile_page import profile_to_file
+        from ..diagnostics.queries.profile import profile
+
+        self._check_running()
+        if filename is not None:
+            return profile_to_file(self.diagnostics, filename, start, stop, key, prefix, workers)
+        return profile(self.diagnostics, start, stop, key, prefix, workers)
+
+    def profile_metadata(
+        self, start: Any = None, stop: Any = None, workers: Any = None
+    ) -> dict[str, Any]:
+        """Profile samples over time, in total and per task prefix (for a timeline):
+        ``{"counts": [(time, n)], "keys": {prefix: [(time, n)]}}``."""
+        from ..diagnostics.queries.profile import profile_metadata
+
+        self._check_running()
+        return profile_metadata(self.diagnostics, start, stop, workers)
+
+    def dashboard(self, **kwargs: Any) -> Dashboard:
+        """Live widgets for a notebook: progress per task prefix, the span tree and
+        the fine metrics panels in one view (``kernel_cluster.jupyter.widgets``)."""
+        from ..jupyter.widgets import dashboard
+
+        self._check_running()
+        return dashboard(self, **kwargs)
+
+    def spans(self) -> SpanTreeView:
+        """The span tree as plain data: ``.roots``, ``[span_id]``, ``.to_pandas()``."""
+        from ..diagnostics.spans import SpanTreeView
+
+        self._check_running()
+        return SpanTreeView(self.diagnostics.spans())
