@@ -59,8 +59,10 @@ class LabControls:
             args.append(f"memory_limit={memory_limit!r}")
         self.started = cluster
         self.started_code = f"KernelCluster({', '.join(args)})"
-        kind = "worker processes" if processes else "embedded workers"
-        return f"Started {cluster.name}: {n_workers} {kind}, {threads_per_worker} threads each."
+        kind = "worker process" if processes else "embedded worker"
+        workers = f"{n_workers} {kind}" + ("" if n_workers == 1 else "es" if processes else "s")
+        threads = f"{threads_per_worker} thread" + ("" if threads_per_worker == 1 else "s")
+        return f"Started {cluster.name}: {workers}, {threads} each."
 
     def scale(self, n_workers: int) -> str:
         client = self._controlled()

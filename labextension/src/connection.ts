@@ -461,7 +461,7 @@ export class ClusterConnection {
 
 /** What a panel or the sidebar says for a state (null: nothing to say, data flows). */
 export function describe(c: ClusterConnection | null, path: string): string | null {
-  const start = 'Start one in the notebook: from kernel_cluster import Client; client = Client()';
+  const start = 'Start one from the Kernel Cluster sidebar, or in the notebook: from kernel_cluster import Client; client = Client()';
   if (!c) return `Open ${path} to see its kernel's cluster.`;
   switch (c.state) {
     case 'live':
