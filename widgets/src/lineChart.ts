@@ -33,11 +33,16 @@ export interface LineChartOptions {
   /** The y axis's ticks for data up to ``max`` (default: d3's, through ``format``):
    * their values, labels, and the top of the axis. */
   yTicks?: (max: number) => { values: number[]; labels: string[]; top: number };
-  /** Horizontal lines across the plot (a memory limit), labelled; the axis reaches them. */
+  /** Horizontal lines across the plot (a memory limit), labelled. The axis reaches
+   * those up to ``RULE_REACH`` times the data's top; one far above the data (a 23 GiB
+   * limit over 60 MiB used) would flatten it, so it is only named, with an arrow. */
   rules?: { value: number; label: string; color: string }[];
 }
 
 let clips = 0;
+
+/** How far above the data a rule may be and still set the axis's top. */
+export const RULE_REACH = 3;
 
 /** The value of a step line at time ``t``: its last point's at or before ``t`` (0
  * before its first). */
@@ -82,7 +87,9 @@ export function lineChart(host: HTMLElement, series: Series[], opts: LineChartOp
   const rules = opts.rules ?? [];
   const ymax = Math.max(0, ...ys);
   svg.dataset.max = String(ymax);
-  const reach = Math.max(1, ymax, ...rules.map((r) => r.value));
+  const near = rules.filter((r) => r.value <= RULE_REACH * Math.max(ymax, 1));
+  const far = rules.filter((r) => !near.includes(r));
+  const reach = Math.max(1, ymax, ...near.map((r) => r.value));
   let yValues: number[];
   let yLabels: string[];
   let top: number;
@@ -102,7 +109,12 @@ export function lineChart(host: HTMLElement, series: Series[], opts: LineChartOp
     label.textContent = yLabels[i];
     svg.append(label);
   });
-  for (const r of rules) {
+  far.forEach((r, i) => {
+    const label = el('text', { x: width - right - 4, y: 10 + 12 * i, 'text-anchor': 'end', class: 'kc-rule-label kc-above', style: `fill:${r.color}` });
+    label.textContent = `↑ ${r.label}`;
+    svg.append(label);
+  });
+  for (const r of near) {
     svg.append(el('line', { x1: left, x2: width - right, y1: y(r.value), y2: y(r.value), class: 'kc-rule', stroke: r.color, 'data-rule': r.label }));
     const label = el('text', { x: width - right - 4, y: y(r.value) - 4, 'text-anchor': 'end', class: 'kc-rule-label', style: `fill:${r.color}` });
     label.textContent = r.label;

@@ -52,7 +52,7 @@ describe('byte axes', () => {
   it('a line chart labels its y axis with them, and draws a limit as a rule it reaches', () => {
     const host = document.createElement('div');
     document.body.append(host);
-    const svg = lineChart(host, [{ name: 'process', color: '#000', x: [0, 1, 2], y: [100 * 2 ** 20, 110 * 2 ** 20, 105 * 2 ** 20] }], {
+    const svg = lineChart(host, [{ name: 'process', color: '#000', x: [0, 1, 2], y: [300 * 2 ** 20, 400 * 2 ** 20, 350 * 2 ** 20] }], {
       format: formatBytes,
       yTicks: (max) => byteTicks(max),
       tooltip: new Tooltip(host),
@@ -62,6 +62,18 @@ describe('byte axes', () => {
     const labels = [...svg.querySelectorAll('text.kc-y')].map((t) => t.textContent);
     expect(labels).toEqual(['0', '0.25 GiB', '0.5 GiB', '0.75 GiB', '1 GiB']);
     expect(svg.querySelector('line.kc-rule')?.getAttribute('data-rule')).toBe('limit 1.0 GiB');
+    // a limit far above the data is named, not drawn: the data keeps the chart's height
+    host.replaceChildren();
+    const far = lineChart(host, [{ name: 'process', color: '#000', x: [0, 1], y: [60 * 2 ** 20, 61 * 2 ** 20] }], {
+      format: formatBytes,
+      yTicks: (max) => byteTicks(max),
+      tooltip: new Tooltip(host),
+      width: 400,
+      rules: [{ value: 23.5 * 2 ** 30, label: 'limit 23.5 GiB', color: '#f00' }],
+    });
+    expect(far.querySelector('line.kc-rule')).toBeNull();
+    expect(far.querySelector('.kc-rule-label.kc-above')?.textContent).toBe('↑ limit 23.5 GiB');
+    expect(Number([...far.querySelectorAll('text.kc-y')].pop()?.getAttribute('data-value'))).toBeLessThan(2 ** 30);
     host.remove();
   });
 });
