@@ -1,10 +1,12 @@
 # Two entry points a newcomer needs: `make demo` and `make test`.
 # Each creates (or refreshes, when pyproject.toml changes) the local
-# virtual environment in .venv, so a second run reuses it.
+# virtual environment in .venv, so a second run reuses it. The demo installs
+# what it needs alone (the `demo` extra); the tests everything (`test`).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
 
@@ -25,16 +27,25 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: demo test lint bench bench-processes venv clean bundles chromium test-js test-ui lab
 
-# SKIP_JUPYTER_BUILDER: the bundles are built below with npm, not by pip's build hook
+# HATCH_BUILD_NO_HOOKS: the bundles are built below with npm, not by pip's build hook
+# (whose dependencies, JupyterLab among them, are then not fetched for the build)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	mkdir -p $(LABEXT)  # the wheel's shared-data wants it; the bundles fill it
-	SKIP_JUPYTER_BUILDER=1 $(PY) -m pip install --quiet -e ".[test]"
+	HATCH_BUILD_NO_HOOKS=true $(PY) -m pip install --quiet -e ".[test]"
 	rm -rf $(LABEXT_LINK)  # the editable install copied it: link the build instead
 	mkdir -p $(dir $(LABEXT_LINK))
 	ln -s $(CURDIR)/$(LABEXT) $(LABEXT_LINK)
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)  # the test extras hold the demo's
+
+# the demo's own needs: the package and numpy, no test tools, no JupyterLab
+$(DEMO_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	mkdir -p $(LABEXT)
+	HATCH_BUILD_NO_HOOKS=true $(PY) -m pip install --quiet -e ".[demo]"
+	touch $(DEMO_STAMP)
 
 venv: $(STAMP) bundles
 
@@ -65,7 +76,7 @@ test-ui: $(STAMP) bundles chromium
 lab: $(STAMP) bundles
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) examples/dashboard.ipynb
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) examples/demo.py
 
 lint: $(STAMP)
@@ -73,8 +84,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy  # kernel_cluster, as [tool.mypy] in pyproject.toml sets it
 
+# tests/test_wheel.py keeps its wheel and environment there for the current sources
+WHEEL_CACHE := $(VENV)/wheel-cache
+
 test: lint bundles test-js test-ui
-	$(PY) -m pytest
+	KC_WHEEL_CACHE=$(CURDIR)/$(WHEEL_CACHE) $(PY) -m pytest
 
 # Benchmarks compare against Dask, which only the benchmark environment has.
 $(BENCH_STAMP): pyproject.toml

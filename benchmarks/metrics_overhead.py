@@ -94,8 +94,8 @@ def task_runner_cost(repeats: int = 15, calls: int = 20_000) -> dict[str, float]
     called on this thread, interleaved; medians over ``repeats``."""
     import threading
 
-    from kernel_cluster.core.metrics import ThreadTimeline
     from kernel_cluster.core.spec import Call, TaskSpec
+    from kernel_cluster.core.thread_accounts import ThreadTimeline
     from kernel_cluster.engine.execute import TaskRunner, run_task_unmetered
 
     spec = TaskSpec(Call(inc, (1,)), frozenset())

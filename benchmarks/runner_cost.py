@@ -50,8 +50,8 @@ def setup(scripted: bool) -> Callable[[str, int], None]:
     """A runner on this thread, and a function running one task of a shape."""
     import cloudpickle
 
-    from kernel_cluster.core.metrics import ThreadTimeline
     from kernel_cluster.core.spec import Call, TaskSpec
+    from kernel_cluster.core.thread_accounts import ThreadTimeline
     from kernel_cluster.engine import execute
 
     wall = itertools.count(1.0, 2.0**-20).__next__ if scripted else time.perf_counter

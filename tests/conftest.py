@@ -84,6 +84,11 @@ class SharedProcessCluster:
 
     def lend(self) -> KernelCluster:
         cluster = self.cluster
+        if cluster is not None and cluster.worker_pids() != self.workers:
+            # replaced between two tests: on a machine busy enough that the scheduler
+            # heard no heartbeat for death_timeout. Not this test's business: start afresh
+            self.discard()
+            cluster = None
         if cluster is None or cluster.status != "running":
             cluster = self.cluster = KernelCluster(
                 n_workers=2, threads_per_worker=2, processes=True

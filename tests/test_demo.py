@@ -11,7 +11,8 @@ DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
 
 
 def test_demo_runs_and_prints_table():
-    proc = subprocess.run([sys.executable, str(DEMO)], capture_output=True, text=True, timeout=60)
+    # a few seconds on an idle machine, half a minute beside busy processes: bounded, not timed
+    proc = subprocess.run([sys.executable, str(DEMO)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     header = next(line for line in proc.stdout.splitlines() if line.startswith("sensor"))
     assert header.split() == ["sensor", "rows", "mean", "C", "max", "C", "mean", "dew", "pt", "C"]

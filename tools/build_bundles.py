@@ -5,8 +5,9 @@ time, so a wheel can never carry bundles left over from other sources.
 hatch-jupyter-builder calls ``build`` (pyproject: ``build-function``). The one
 exception is a wheel built from our own sdist: its bundles were made from the very
 sources in it when the sdist was built, and the person installing it may have no
-Node.js. ``SKIP_JUPYTER_BUILDER=1`` (the editable install of ``make``, which builds
-the bundles itself) skips this step altogether.
+Node.js. ``make``'s editable installs (which build the bundles themselves, or need
+none) turn the hook off with ``HATCH_BUILD_NO_HOOKS=true``, so that its dependencies
+(JupyterLab) are not fetched either; ``SKIP_JUPYTER_BUILDER=1`` skips this step too.
 """
 
 from __future__ import annotations

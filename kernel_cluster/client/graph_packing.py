@@ -7,8 +7,10 @@ caller then queues the event and makes its own kind of future for the keys.
 
 Under them: arguments with their futures swapped for references
 (``replace_futures``), tasks pickled for another process with an error naming the
-part that cannot travel (``dumps_task``), and a submission's annotations: its span,
-where it may run, the user's code that made it (``placement``).
+part that cannot travel (``dumps_task``; code pickled by value keeps its file name,
+and ``files`` collects those names for the caller to share the lines of, see
+engine/code_sources.py), and a submission's annotations: its span, where it may
+run, the user's code that made it (``placement``).
 ``collect_futures``/``rebuild`` do the reverse for ``gather``.
 """
 
@@ -29,6 +31,7 @@ from ..core.annotations import current_span
 from ..core.keys import Key, validate_key
 from ..core.scheduler_messages import GraphSubmitted
 from ..core.spec import Call, Ref, TaskSpec, graph_order, holds_refs
+from ..engine import code_sources
 from ..engine.comm import SerializationError
 from . import dask_graphs
 from .call_keys import funcname, function_token, tokenize
@@ -73,6 +76,7 @@ def pack_call(
     key: Key | None,
     pure: bool,
     where: Placement,
+    files: set[str] | None = None,
 ) -> tuple[Key, GraphSubmitted]:
     """``submit(fn, *args, **kwargs)`` as the scheduler takes it: its key and event."""
     if not callable(fn):
@@ -86,7 +90,7 @@ def pack_call(
     else:
         validate_key(key)
     spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
-    payload = dumps_task(key, spec) if client._pickle_tasks else spec
+    payload = dumps_task(key, spec, files) if client._pickle_tasks else spec
     event = GraphSubmitted(client.id, {key: payload}, {key: spec.dependencies}, [key], None, where)
     return key, event
 
@@ -99,6 +103,7 @@ def pack_map(
     key: str | list[Key] | None,
     pure: bool,
     where: Placement,
+    files: set[str] | None = None,
 ) -> tuple[list[Key], GraphSubmitted]:
     """``map(fn, *iterables, **kwargs)`` in one event: a key per item (repeated keys
     once in the event), and the event."""
@@ -138,7 +143,7 @@ def pack_map(
         if k in specs:
             continue
         spec = TaskSpec(Call(fn, args, kwargs2), frozenset(deps))
-        specs[k] = dumps_task(k, spec) if pickled else spec
+        specs[k] = dumps_task(k, spec, files) if pickled else spec
         dependencies[k] = spec.dependencies
         order[k] = i
     return out_keys, GraphSubmitted(client.id, specs, dependencies, list(specs), order, where)
@@ -150,6 +155,7 @@ def pack_graph(
     wanted: list[Key],
     graph: DaskGraph | None,
     where: Placement,
+    files: set[str] | None = None,
 ) -> GraphSubmitted:
     """A parsed graph as the scheduler takes it (pickled here for worker processes:
     call it outside the client's lock). ``graph``: what a dask graph brings besides
@@ -166,18 +172,20 @@ def pack_graph(
     payloads: dict[Key, Any] = specs
     if client._pickle_tasks:
         payloads = (
-            dumps_library_tasks(specs)
+            dumps_library_tasks(specs, files)
             if graph is not None
-            else {k: dumps_task(k, s) for k, s in specs.items()}
+            else {k: dumps_task(k, s, files) for k, s in specs.items()}
         )
     return GraphSubmitted(client.id, payloads, deps, wanted, order, where)
 
 
-def dumps_task(key: Key, spec: TaskSpec) -> bytes:
-    """Pickle a task for another process, or say which part of it cannot travel."""
+def dumps_task(key: Key, spec: TaskSpec, files: set[str] | None = None) -> bytes:
+    """Pickle a task for another process, or say which part of it cannot travel.
+
+    Code pickled by value keeps its file name (the profiler shows it); the names of
+    those files are added to ``files``."""
     try:
-        data: bytes = cloudpickle.dumps(spec, protocol=5)
-        return data
+        return code_sources.dumps(spec, protocol=5, files=files)
     except Exception as exc:
         call = spec.expr
         parts: list[tuple[str, Any]]
@@ -201,7 +209,9 @@ def dumps_task(key: Key, spec: TaskSpec) -> bytes:
         ) from None
 
 
-def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
+def dumps_library_tasks(
+    specs: dict[Key, TaskSpec], files: set[str] | None = None
+) -> dict[Key, bytes]:
     """``dumps_task`` for many tasks whose functions are mostly importable library code
     (a dask graph's): plain pickle first, five to ten times faster than cloudpickle,
     which a task gets instead when plain pickle fails on it (a lambda, a closure) or
@@ -216,7 +226,7 @@ def dumps_library_tasks(specs: dict[Key, TaskSpec]) -> dict[Key, bytes]:
         except Exception:
             data = b""
         if not data or any(name in data for name in by_value):
-            data = dumps_task(key, spec)
+            data = dumps_task(key, spec, files)
         out[key] = data
     return out
 

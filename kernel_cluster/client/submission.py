@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar, overload
 from ..core.keys import Key
 from ..core.scheduler_messages import GraphSubmitted
 from ..core.spec import TaskSpec, pack_results, parse_graph, wanted_keys
+from ..engine import code_sources
 from ..engine.pool import in_task_thread
 from ..local_diagnostics.callbacks import active_callbacks
 from . import dask_graphs
@@ -49,7 +50,9 @@ class Submission(ClientBase):
         """Run ``fn(*args, **kwargs)`` on the cluster; futures among the arguments are inputs."""
         self._check_running()
         where = placement(workers, allow_other_workers, self.code_frames)
-        key, event = pack_call(self, fn, args, kwargs, key, pure, where)
+        files: set[str] = set()
+        key, event = pack_call(self, fn, args, kwargs, key, pure, where, files)
+        self._share_code_sources(files)
         with self._lock:
             return self._future(key, self._enqueue(event))
 
@@ -66,7 +69,9 @@ class Submission(ClientBase):
         """``submit`` over the items of ``iterables`` in one message to the scheduler."""
         self._check_running()
         where = placement(workers, allow_other_workers, self.code_frames)
-        keys, event = pack_map(self, fn, iterables, kwargs, key, pure, where)
+        files: set[str] = set()
+        keys, event = pack_map(self, fn, iterables, kwargs, key, pure, where, files)
+        self._share_code_sources(files)
         with self._lock:
             seq = self._enqueue(event)
             return [self._future(k, seq) for k in keys]
@@ -113,7 +118,30 @@ class Submission(ClientBase):
     ) -> GraphSubmitted:
         """A parsed graph as the scheduler takes it (pickled for worker processes:
         outside the client's lock)."""
-        return pack_graph(self, specs, wanted, graph, placement(None, False, self.code_frames))
+        files: set[str] = set()
+        where = placement(None, False, self.code_frames)
+        event = pack_graph(self, specs, wanted, graph, where, files)
+        self._share_code_sources(files)
+        return event
+
+    def _share_code_sources(self, files: set[str]) -> None:
+        """Hand the scheduler the lines of the ``files`` of code pickled by value that
+        worker processes cannot read (notebook cells: engine/code_sources.py), before
+        the tasks running that code are queued, so that they reach every worker first.
+        Once per file: the scheduler keeps them (read here; the loop thread adds)."""
+        known = self._scheduler.code_sources
+        new = {}
+        for filename in files:
+            if filename not in known:
+                lines = code_sources.lines_only_here(filename)
+                if lines is not None:
+                    new[filename] = tuple(lines)
+        if not new:
+            return
+        if self._loop.in_loop_thread():
+            self._scheduler.add_code_sources(new)
+        else:
+            self._loop.run(self._scheduler.add_code_sources, new, timeout=30)
 
     # -- dask collections -------------------------------------------------------------
 

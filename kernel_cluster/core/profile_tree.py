@@ -16,6 +16,10 @@ task (a task whose function is a builtin, for example).
 
 Descriptions are shared between trees and treated as read-only.
 
+This module imports the standard library alone: the Dask scheduler plugin
+(diagnostics/sources/dask_plugin.py) is pickled by value onto a scheduler that may
+not have this package, with ``to_flat`` in it.
+
 Stacks can be deeper than Python's recursion limit (``sys.getrecursionlimit()``,
 1,000 by default), for instance in a recursive task: every function here walks
 with an explicit stack. Pickle, msgpack, JSON and ``repr`` all recurse once per
@@ -194,26 +198,37 @@ def inclusive_counts(tree: Tree) -> dict[tuple[str, str], int]:
 
 def to_flat(tree: Tree) -> list[FlatRow]:
     """The tree as rows ``(parent row, identifier, filename, name, line_number, line,
-    count, own)``, parents first; the root's parent is -1. Safe to pickle at any depth."""
+    count, own)``, parents first; the root's parent is -1. Safe to pickle at any depth.
+
+    Also takes a tree made elsewhere in the same shape (a Dask worker's profile, which
+    the Dask scheduler plugin flattens with this function): a node without ``own``
+    gets its count minus its children's, missing parts of a description are empty,
+    and every value is made a plain ``str`` or ``int``.
+    """
     rows: list[FlatRow] = []
     stack: list[tuple[int, Tree]] = [(-1, tree)]
     while stack:
         parent, node = stack.pop()
-        d = node["description"]
+        d = node.get("description") or {}
+        children = node.get("children") or {}
+        count = int(node.get("count", 0))
+        own = node.get("own")
+        if own is None:
+            own = max(0, count - sum(int(c.get("count", 0)) for c in children.values()))
         index = len(rows)
         rows.append(
             (
                 parent,
-                node["identifier"],
-                d["filename"],
-                d["name"],
-                d["line_number"],
-                d["line"],
-                node["count"],
-                node["own"],
+                str(node.get("identifier", ROOT)),
+                str(d.get("filename", "")),
+                str(d.get("name", "")),
+                int(d.get("line_number") or 0),
+                str(d.get("line", "")),
+                count,
+                int(own),
             )
         )
-        stack.extend((index, c) for c in node["children"].values())
+        stack.extend((index, c) for c in children.values())
     return rows
 
 

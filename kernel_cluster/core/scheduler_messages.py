@@ -1,10 +1,13 @@
 """Events the scheduler state machine accepts and the instructions it returns.
 
-Events are past tense (something happened), instructions imperative (do this).
+Each is a small slotted dataclass under one of two bases: ``SchedulerEvent`` (past
+tense: something happened) and ``SchedulerInstruction`` (imperative: do this).
 Every one carries a ``stimulus_id`` so a log line can be traced to its cause.
 Times are the scheduler's clock, passed in by the shell: core never reads a clock.
-The instructions for workers are also the messages that carry them: ``op`` names
-each on the wire (engine/wire.py).
+The instructions for workers (``ToWorker``) are also the messages that carry them:
+``op`` names each on the wire (engine/wire.py), and the worker's state machine takes
+them as they are (core/worker_state.py). The shell (engine/scheduler.py) raises on
+an instruction it does not know.
 """
 
 from __future__ import annotations
@@ -15,8 +18,36 @@ from typing import Any, ClassVar
 from .keys import Key
 
 
+class SchedulerEvent:
+    """Something the scheduler state machine hears of (``SchedulerState.handle_stimulus``).
+
+    ``stimulus_id`` names the stimulus, for the transition log; ``time`` is the
+    scheduler's clock when the shell received it.
+    """
+
+    __slots__ = ()
+    stimulus_id: str
+    time: float
+
+
+class SchedulerInstruction:
+    """Something the scheduler state machine asks its shell to do."""
+
+    __slots__ = ()
+    stimulus_id: str
+
+
+class ToWorker(SchedulerInstruction):
+    """An instruction for the worker at ``worker``, sent to it as it is: ``op`` names
+    it on the wire, and the worker's state machine takes it as an event."""
+
+    __slots__ = ()
+    op: ClassVar[str]
+    worker: str
+
+
 @dataclass(slots=True)
-class GraphSubmitted:
+class GraphSubmitted(SchedulerEvent):
     """A client asked for ``wanted`` keys and sent the tasks they need.
 
     ``specs`` values are opaque to the scheduler (a TaskSpec, or its pickled bytes
@@ -35,7 +66,7 @@ class GraphSubmitted:
 
 
 @dataclass(slots=True)
-class TaskFinished:
+class TaskFinished(SchedulerEvent):
     key: Key
     worker: str
     nbytes: int
@@ -47,7 +78,7 @@ class TaskFinished:
 
 
 @dataclass(slots=True)
-class TaskErred:
+class TaskErred(SchedulerEvent):
     key: Key
     worker: str
     exception: BaseException | None
@@ -60,7 +91,7 @@ class TaskErred:
 
 
 @dataclass(slots=True)
-class DependencyUnavailable:
+class DependencyFetchFailed(SchedulerEvent):
     """A worker could not fetch ``dependency`` from any holder for task ``key``."""
 
     key: Key
@@ -71,7 +102,7 @@ class DependencyUnavailable:
 
 
 @dataclass(slots=True)
-class ResultUnserializable:
+class ResultSerializationFailed(SchedulerEvent):
     """A worker holds ``key`` but cannot send it anywhere: the task fails after all."""
 
     key: Key
@@ -83,7 +114,7 @@ class ResultUnserializable:
 
 
 @dataclass(slots=True)
-class ReplicasAdded:
+class ReplicasAdded(SchedulerEvent):
     """A worker now holds copies of these keys (it fetched them for a dependent)."""
 
     worker: str
@@ -94,7 +125,7 @@ class ReplicasAdded:
 
 
 @dataclass(slots=True)
-class WorkerPauseChanged:
+class WorkerPauseChanged(SchedulerEvent):
     """``worker`` stopped starting tasks for lack of memory (``paused``), or started again.
 
     A paused worker gets no new tasks: they go to other workers or wait here.
@@ -107,7 +138,7 @@ class WorkerPauseChanged:
 
 
 @dataclass(slots=True)
-class CancelledTasksEnded:
+class CancelledTasksEnded(SchedulerEvent):
     """Tasks freed while processing on ``worker`` (``FreeKeys`` with ``running``) no
     longer take any of its threads: they ended, or had never started."""
 
@@ -118,7 +149,7 @@ class CancelledTasksEnded:
 
 
 @dataclass(slots=True)
-class ClientReleasedKeys:
+class ClientReleasedKeys(SchedulerEvent):
     client: str
     keys: list[Key]
     stimulus_id: str = ""
@@ -126,7 +157,7 @@ class ClientReleasedKeys:
 
 
 @dataclass(slots=True)
-class ClientCancelledKeys:
+class ClientCancelledKeys(SchedulerEvent):
     client: str
     keys: list[Key]
     stimulus_id: str = ""
@@ -134,21 +165,21 @@ class ClientCancelledKeys:
 
 
 @dataclass(slots=True)
-class ClientAdded:
+class ClientAdded(SchedulerEvent):
     client: str
     stimulus_id: str = ""
     time: float = 0.0
 
 
 @dataclass(slots=True)
-class ClientRemoved:
+class ClientRemoved(SchedulerEvent):
     client: str
     stimulus_id: str = ""
     time: float = 0.0
 
 
 @dataclass(slots=True)
-class WorkerAdded:
+class WorkerAdded(SchedulerEvent):
     address: str
     nthreads: int
     memory_limit: int = 0
@@ -158,7 +189,7 @@ class WorkerAdded:
 
 
 @dataclass(slots=True)
-class WorkerRemoved:
+class WorkerRemoved(SchedulerEvent):
     """``expected``: stopped on purpose (scale down, close), so its tasks are not to blame.
 
     ``running``: the texts of the keys its task threads were running when it died
@@ -177,7 +208,7 @@ class WorkerRemoved:
 
 
 @dataclass(slots=True)
-class ComputeTask:
+class ComputeTask(ToWorker):
     op: ClassVar[str] = "compute-task"  # its name on the wire (engine/wire.py)
     worker: str
     key: Key
@@ -200,7 +231,7 @@ class ComputeTaskAlone(ComputeTask):
 
 
 @dataclass(slots=True)
-class FreeKeys:
+class FreeKeys(ToWorker):
     """Drop these keys' data on a worker, or cancel them if they are still running.
 
     ``running``: the keys were processing there; the scheduler counts each as taking a
@@ -215,7 +246,7 @@ class FreeKeys:
 
 
 @dataclass(slots=True)
-class ReportKey:
+class ReportKey(SchedulerInstruction):
     """Tell a client about a key it holds a future for.
 
     ``status`` is ``finished``, ``error``, ``cancelled`` or ``lost``.
@@ -230,7 +261,7 @@ class ReportKey:
 
 
 @dataclass(slots=True)
-class ClusterBusy:
+class SetClusterBusy(SchedulerInstruction):
     """The cluster started or stopped having unfinished tasks (tell every worker).
 
     Workers count a free thread as idle only while the cluster is busy.
@@ -239,22 +270,3 @@ class ClusterBusy:
     op: ClassVar[str] = "cluster-busy"
     busy: bool
     stimulus_id: str = ""
-
-
-SchedulerEvent = (
-    GraphSubmitted
-    | TaskFinished
-    | TaskErred
-    | DependencyUnavailable
-    | ResultUnserializable
-    | ReplicasAdded
-    | ClientReleasedKeys
-    | ClientCancelledKeys
-    | ClientAdded
-    | ClientRemoved
-    | WorkerAdded
-    | WorkerRemoved
-    | WorkerPauseChanged
-    | CancelledTasksEnded
-)
-SchedulerInstruction = ComputeTask | FreeKeys | ReportKey | ClusterBusy

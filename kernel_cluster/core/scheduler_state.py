@@ -1,6 +1,9 @@
 """The scheduler as a state machine: events in, instructions out, no I/O.
 
-One door, :meth:`SchedulerState.handle_stimulus`. Transitions are plain methods
+One door, :meth:`SchedulerState.handle_stimulus`: typed events in
+(``SchedulerEvent``, core/scheduler_messages.py), typed instructions out
+(``SchedulerInstruction``); an event of a type it has no handler for raises.
+Handlers are named ``_handle_<event>``. Transitions are plain methods
 driven by explicit work lists rather than recursion, so a 100,000-task chain is
 released without touching Python's recursion limit.
 
@@ -33,15 +36,17 @@ from .scheduler_messages import (
     ClientCancelledKeys,
     ClientReleasedKeys,
     ClientRemoved,
-    ClusterBusy,
     ComputeTask,
     ComputeTaskAlone,
-    DependencyUnavailable,
+    DependencyFetchFailed,
     FreeKeys,
     GraphSubmitted,
     ReplicasAdded,
     ReportKey,
-    ResultUnserializable,
+    ResultSerializationFailed,
+    SchedulerEvent,
+    SchedulerInstruction,
+    SetClusterBusy,
     TaskErred,
     TaskFinished,
     WorkerAdded,
@@ -59,7 +64,9 @@ from .scheduler_tasks import (
 )
 from .spans import SpanTree
 
-TransitionHook = Callable[[TaskState, str, str, Any], None]
+# a transition's listener: the task, its old and new state, and the event that caused
+# it (TaskFinished, TaskErred...) when the hook wants it, else None
+TransitionHook = Callable[[TaskState, str, str, SchedulerEvent | None], None]
 
 
 class KilledWorker(RuntimeError):
@@ -139,7 +146,7 @@ class SchedulerState:
         # when set, only these (start, finish) pairs reach on_transition: the hook sits on
         # every task's path, and most listeners want few transitions
         self.transition_filter: frozenset[tuple[str, str]] | None = None
-        self._instructions: list[Any] = []
+        self._instructions: list[SchedulerInstruction] = []
         self._stimulus_id = ""
         self.n_pending = 0  # tasks waiting, queued or processing
         self.busy = False
@@ -147,17 +154,26 @@ class SchedulerState:
 
     # -- the one door -----------------------------------------------------------------
 
-    def handle_stimulus(self, *events: Any) -> list[Any]:
-        out: list[Any] = []
+    def handle_stimulus(self, *events: SchedulerEvent) -> list[SchedulerInstruction]:
+        """Take ``events`` in order; the instructions they lead to, in order."""
+        out: list[SchedulerInstruction] = []
+        handlers = self._handlers
         for event in events:
+            try:
+                handler = handlers[type(event)]
+            except KeyError:
+                raise TypeError(
+                    f"The scheduler state machine has no handler for {event!r}: events "
+                    "are the SchedulerEvent classes of core/scheduler_messages.py, each "
+                    "listed in SchedulerState._handlers."
+                ) from None
             self._stimulus_id = event.stimulus_id
             self._instructions = out
-            handler = self._handlers[type(event)]
             handler(self, event)
             self._flush_ready()
             if (self.n_pending > 0) is not self.busy:
                 self.busy = self.n_pending > 0
-                out.append(ClusterBusy(self.busy, self._stimulus_id))
+                out.append(SetClusterBusy(self.busy, self._stimulus_id))
         self._instructions = []
         return out
 
@@ -599,7 +615,7 @@ class SchedulerState:
         exception: BaseException | None,
         traceback: Any,
         blame: TaskState,
-        ev: Any = None,
+        ev: SchedulerEvent | None = None,
     ) -> None:
         """``root`` failed: it and every dependent still to run fail with the same error."""
         stack = [root]
@@ -642,7 +658,7 @@ class SchedulerState:
                     ReportKey(cs.id, ts.key, "error", ts.exception, ts.traceback, self._stimulus_id)
                 )
 
-    def _handle_result_unserializable(self, ev: ResultUnserializable) -> None:
+    def _handle_result_serialization_failed(self, ev: ResultSerializationFailed) -> None:
         ts = self.tasks.get(ev.key)
         if ts is None or ts.state != "memory":
             return
@@ -663,7 +679,7 @@ class SchedulerState:
         if stale:
             self._instructions.append(FreeKeys(ws.address, stale, self._stimulus_id))
 
-    def _handle_dependency_unavailable(self, ev: DependencyUnavailable) -> None:
+    def _handle_dependency_fetch_failed(self, ev: DependencyFetchFailed) -> None:
         """A worker failed to fetch an input: forget that holder and run the task again."""
         ts = self.tasks.get(ev.key)
         dts = self.tasks.get(ev.dependency)
@@ -943,7 +959,9 @@ class SchedulerState:
 
     # -- bookkeeping ------------------------------------------------------------------
 
-    def _set_state(self, ts: TaskState, new: TaskStateName, ev: Any = None) -> None:
+    def _set_state(
+        self, ts: TaskState, new: TaskStateName, ev: SchedulerEvent | None = None
+    ) -> None:
         old = ts.state
         ts.state = new
         gs = ts.group.states
@@ -1022,12 +1040,13 @@ class SchedulerState:
                 if state not in ("forgotten",):
                     assert counts.get((gname, span_id, state), 0) == n, (group, state, n)
 
-    _handlers: dict[type, Callable[[SchedulerState, Any], None]] = {
+    # the one place an event type meets its handler
+    _handlers: dict[type[SchedulerEvent], Callable[[SchedulerState, Any], None]] = {
         GraphSubmitted: _handle_graph_submitted,
         TaskFinished: _handle_task_finished,
         TaskErred: _handle_task_erred,
-        DependencyUnavailable: _handle_dependency_unavailable,
-        ResultUnserializable: _handle_result_unserializable,
+        DependencyFetchFailed: _handle_dependency_fetch_failed,
+        ResultSerializationFailed: _handle_result_serialization_failed,
         ReplicasAdded: _handle_replicas_added,
         ClientReleasedKeys: _handle_client_released_keys,
         ClientCancelledKeys: _handle_client_cancelled_keys,

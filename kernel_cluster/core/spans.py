@@ -19,6 +19,8 @@ spans folded into it (its ``folded`` says how many), so totals over all spans do
 not change; only the folded spans' separate rows are gone. Metrics that arrive
 for a span after it folded go to the fold. The owner of metrics keyed by span id
 (the scheduler's) hands that dict over as ``keyed_metrics`` to have it re-keyed too.
+The fold's arithmetic is core/span_folding.py's, which the Dask scheduler plugin
+shares.
 """
 
 from __future__ import annotations
@@ -28,17 +30,31 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .metrics import add_metrics
-from .scheduler_tasks import ALL_STATES, TaskGroup, TaskPrefix
+from .scheduler_tasks import ALL_STATES, TaskGroup
+from .span_folding import (
+    DEFAULT,
+    DEFAULT_ID_PREFIX,
+    FOLDED_ID,
+    KEEP_DEFAULT_SPANS,
+    MAX_CODE,
+    MAX_INTERVALS,
+    FoldTotals,
+    add_into,
+    how_many_to_fold,
+    is_default_span_id,
+    with_idle,
+)
 
-DEFAULT = ("default",)
-DEFAULT_ID_PREFIX = "default-"
-FOLDED_ID = "default-folded"
-KEEP_DEFAULT_SPANS = 100  # finished default spans kept apart before the oldest fold
-
-
-def is_default_span_id(span_id: object) -> bool:
-    """Whether ``span_id`` names a default span (one that may fold)."""
-    return type(span_id) is str and span_id.startswith(DEFAULT_ID_PREFIX)
+__all__ = [
+    "DEFAULT",
+    "FOLDED_ID",
+    "KEEP_DEFAULT_SPANS",
+    "FoldedSpan",
+    "MergedSpan",
+    "Span",
+    "SpanTree",
+    "is_default_span_id",
+]
 
 
 class Span:
@@ -165,13 +181,7 @@ class Span:
         out: dict[tuple[Any, ...], float] = {}
         for span in self.traverse_spans():
             add_metrics(out, span._metrics)
-        used = sum(v for k, v in out.items() if k[-1] == "seconds")
-        idle = self.active_cpu_seconds - used
-        if idle > 0:
-            out[("execute", None, "idle", "seconds")] = (
-                out.get(("execute", None, "idle", "seconds"), 0) + idle
-            )
-        return out
+        return with_idle(out, self.active_cpu_seconds)
 
     def add_metrics(self, key: tuple[Any, ...], value: float) -> None:
         self._metrics[key] = self._metrics.get(key, 0) + value
@@ -221,15 +231,14 @@ class MergedSpan(Span):
 class FoldedSpan(Span):
     """Finished default spans summed into one (see the module's docstring).
 
-    The groups of folded spans whose tasks are all forgotten (nothing can change
-    them again) are summed into one tally group; groups with live tasks are kept
-    as they are until they die, so a task recomputed later still shows. Thread
-    time on the cluster is kept as intervals, at most ``MAX_INTERVALS`` of them:
-    beyond that the oldest two merge into one with the same thread-seconds.
+    Their numbers add up in ``totals`` (core/span_folding.py), which also bounds the
+    thread-time intervals kept. The groups of folded spans whose tasks are all
+    forgotten (nothing can change them again) go into the totals; groups with live
+    tasks are kept as they are until they die, so a task recomputed later still shows.
     """
 
-    MAX_INTERVALS = 64
-    MAX_CODE = 10
+    MAX_INTERVALS = MAX_INTERVALS
+    MAX_CODE = MAX_CODE
 
     def __init__(
         self,
@@ -238,52 +247,67 @@ class FoldedSpan(Span):
         now: Callable[[], float],
     ):
         super().__init__(DEFAULT, FOLDED_ID, None, total_nthreads_history, enqueued, now)
-        self.folded = 0
-        self._tally = TaskGroup("(folded)", TaskPrefix("(folded)"), FOLDED_ID)
-        self.groups.add(self._tally)
-        self._intervals: list[tuple[float, float, float]] = []
+        self.totals = FoldTotals(enqueued)
+        self._metrics = self.totals.metrics  # late metrics (add_metrics) go to the totals
+        self.code = self.totals.code
+
+    @property
+    def folded(self) -> int:
+        """How many default spans are folded in."""
+        return self.totals.folded
 
     @property
     def nthreads_intervals(self) -> list[tuple[float, float, float]]:  # type: ignore[override]
-        return self._intervals
+        return self.totals.intervals
 
     def absorb(self, span: Span) -> None:
         """Add ``span`` (a finished default span, without children) to the fold."""
-        self.folded += 1
-        self.enqueued = min(self.enqueued, span.enqueued)
-        add_metrics(self._metrics, span._metrics)
-        for code in span.code:
-            if code not in self.code and len(self.code) < self.MAX_CODE:
-                self.code.append(code)
-        self._add_intervals(span.nthreads_intervals)
+        totals = self.totals
+        totals.add_span(span.enqueued, span.nthreads_intervals, span._metrics, span.code)
+        self.enqueued = totals.enqueued
         self.groups.update(span.groups)
-        self._tally_dead_groups()
-
-    def _tally_dead_groups(self) -> None:
-        tally = self._tally
-        for g in [g for g in self.groups if g is not tally and g.n_live == 0]:
+        for g in [g for g in self.groups if g.n_live == 0]:
             self.groups.discard(g)
-            for state, n in g.states.items():
-                tally.states[state] += n
-            for action, seconds in g.all_durations.items():
-                tally.all_durations[action] += seconds
-            tally.nbytes_total += g.nbytes_total
-            tally.n_computed += g.n_computed
-            if g.start and (not tally.start or g.start < tally.start):
-                tally.start = g.start
-            tally.stop = max(tally.stop, g.stop)
+            totals.add_tasks(
+                g.start, g.stop, g.all_durations, g.nbytes_total, g.states, g.n_computed
+            )
 
-    def _add_intervals(self, intervals: Iterable[tuple[float, float, float]]) -> None:
-        out = self._intervals
-        for lo, hi, n in intervals:
-            if out and out[-1][1] == lo and out[-1][2] == n:
-                out[-1] = (out[-1][0], hi, n)
-            else:
-                out.append((lo, hi, n))
-        while len(out) > self.MAX_INTERVALS:
-            (lo1, hi1, n1), (lo2, hi2, n2) = out[0], out[1]
-            area = (hi1 - lo1) * n1 + (hi2 - lo2) * n2
-            out[:2] = [(lo1, hi2, area / (hi2 - lo1) if hi2 > lo1 else 0.0)]
+    # -- the totals, and the groups still live -------------------------------------------
+
+    @property
+    def start(self) -> float:
+        starts = [g.start for g in self.groups if g.start]
+        if self.totals.start:
+            starts.append(self.totals.start)
+        return min(starts) if starts else 0.0
+
+    @property
+    def stop(self) -> float:
+        if not self.done:
+            return self._now()
+        stops = [g.stop for g in self.groups if g.stop]
+        if self.totals.stop:
+            stops.append(self.totals.stop)
+        return max(stops) if stops else self.enqueued
+
+    @property
+    def all_durations(self) -> dict[str, float]:
+        out = dict(self.totals.durations)
+        for g in self.groups:
+            add_into(out, g.all_durations)
+        return out
+
+    @property
+    def nbytes_total(self) -> int:
+        return self.totals.nbytes_total + sum(g.nbytes_total for g in self.groups)
+
+    @property
+    def states(self) -> dict[str, int]:
+        out: dict[str, int] = dict.fromkeys(ALL_STATES, 0)
+        add_into(out, self.totals.states)
+        for g in self.groups:
+            add_into(out, g.states)
+        return out
 
 
 def merge_spans(items: Iterable[Span], now: Callable[[], float]) -> MergedSpan:
@@ -336,9 +360,10 @@ class SpanTree:
             span = self._default
             if span is None or span.done:
                 if span is not None:
-                    self._finished_defaults.append(span)
-                    while len(self._finished_defaults) > max(0, self.keep_default_spans):
-                        self._fold(self._finished_defaults.popleft())
+                    finished = self._finished_defaults
+                    finished.append(span)
+                    for _ in range(how_many_to_fold(len(finished), self.keep_default_spans)):
+                        self._fold(finished.popleft())
                 self._default_counter += 1
                 span = self._new(DEFAULT, f"{DEFAULT_ID_PREFIX}{self._default_counter}", None, time)
                 self._default = span

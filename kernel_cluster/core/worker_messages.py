@@ -1,7 +1,12 @@
 """Events the worker state machine accepts and the instructions it returns.
 
-The ``Send*`` instructions are also the messages that carry them to the scheduler:
-``op`` names each on the wire (engine/wire.py).
+Each is a small slotted dataclass under one of two bases: ``WorkerEvent`` (past
+tense) and ``WorkerInstruction`` (imperative), with a ``stimulus_id`` each. The
+scheduler's ``ToWorker`` instructions (core/scheduler_messages.py) are events here
+too, taken as the scheduler sent them. The ``ToScheduler`` instructions are also
+the messages that carry them to the scheduler: ``op`` names each on the wire
+(engine/wire.py). The shell (engine/worker.py) raises on an instruction it does not
+know.
 """
 
 from __future__ import annotations
@@ -13,8 +18,31 @@ from typing import Any, ClassVar
 from .keys import Key
 
 
+class WorkerEvent:
+    """Something the worker state machine hears of (``WorkerState.handle_stimulus``)."""
+
+    __slots__ = ()
+    stimulus_id: str
+
+
+class WorkerInstruction:
+    """Something the worker state machine asks its shell to do."""
+
+    __slots__ = ()
+    stimulus_id: str
+
+
+class ToScheduler(WorkerInstruction):
+    """An instruction to tell the scheduler something, sent as it is: ``op`` names it
+    on the wire; the scheduler makes its own event of it (engine/wire.py,
+    ``SCHEDULER_EVENTS``)."""
+
+    __slots__ = ()
+    op: ClassVar[str]
+
+
 @dataclass(slots=True)
-class ComputeRequested:
+class ComputeRequested(WorkerEvent):
     key: Key
     spec: Any
     who_has: Mapping[Key, tuple[str, ...]]
@@ -32,7 +60,7 @@ class ComputeAloneRequested(ComputeRequested):
 
 
 @dataclass(slots=True)
-class FreeKeysRequested:
+class FreeKeysRequested(WorkerEvent):
     keys: list[Key]
     stimulus_id: str = ""
     # the scheduler had them processing here: tell it when they no longer take a thread
@@ -40,7 +68,7 @@ class FreeKeysRequested:
 
 
 @dataclass(slots=True)
-class ExecuteSucceeded:
+class ExecuteSucceeded(WorkerEvent):
     key: Key
     value: Any
     nbytes: int
@@ -53,7 +81,7 @@ class ExecuteSucceeded:
 
 
 @dataclass(slots=True)
-class ExecuteFailed:
+class ExecuteFailed(WorkerEvent):
     key: Key
     exception: BaseException
     traceback: Any
@@ -64,7 +92,7 @@ class ExecuteFailed:
 
 
 @dataclass(slots=True)
-class ExecuteSkipped:
+class ExecuteSkipped(WorkerEvent):
     """A task thread found the task cancelled (or the worker paused) and did not run it."""
 
     key: Key
@@ -72,7 +100,7 @@ class ExecuteSkipped:
 
 
 @dataclass(slots=True)
-class GatherDepSucceeded:
+class GatherDepSucceeded(WorkerEvent):
     """Data arrived from ``worker``; keys it did not have are simply absent."""
 
     worker: str
@@ -84,7 +112,7 @@ class GatherDepSucceeded:
 
 
 @dataclass(slots=True)
-class GatherDepFailed:
+class GatherDepFailed(WorkerEvent):
     """``worker`` could not be reached; try other holders of these keys."""
 
     worker: str
@@ -93,7 +121,7 @@ class GatherDepFailed:
 
 
 @dataclass(slots=True)
-class PauseChanged:
+class PauseChanged(WorkerEvent):
     paused: bool
     stimulus_id: str = ""
 
@@ -102,13 +130,13 @@ class PauseChanged:
 
 
 @dataclass(slots=True)
-class Execute:
+class Execute(WorkerInstruction):
     key: Key
     stimulus_id: str = ""
 
 
 @dataclass(slots=True)
-class ExecuteAfter:
+class ExecuteAfter(WorkerInstruction):
     """``key`` waits on nothing but ``after``, which a task thread is running: that
     thread may go on to ``key`` as soon as ``after`` succeeds, with no trip through the
     event loop. The shell offers it; if the thread takes it, ``after``'s
@@ -120,7 +148,7 @@ class ExecuteAfter:
 
 
 @dataclass(slots=True)
-class GatherDep:
+class GatherDep(WorkerInstruction):
     worker: str
     keys: list[Key]
     total_nbytes: int
@@ -128,7 +156,7 @@ class GatherDep:
 
 
 @dataclass(slots=True)
-class SendTaskFinished:
+class SendTaskFinished(ToScheduler):
     op: ClassVar[str] = "task-finished"
     key: Key
     nbytes: int
@@ -139,7 +167,7 @@ class SendTaskFinished:
 
 
 @dataclass(slots=True)
-class SendTaskErred:
+class SendTaskErred(ToScheduler):
     op: ClassVar[str] = "task-erred"
     key: Key
     exception: BaseException | bytes  # pickled by a worker in another process
@@ -151,7 +179,7 @@ class SendTaskErred:
 
 
 @dataclass(slots=True)
-class SendReplicasAdded:
+class SendReplicasAdded(ToScheduler):
     op: ClassVar[str] = "add-keys"
     keys: list[Key]
     nbytes: dict[Key, int] = field(default_factory=dict)
@@ -159,7 +187,7 @@ class SendReplicasAdded:
 
 
 @dataclass(slots=True)
-class SendDependencyUnavailable:
+class SendDependencyUnavailable(ToScheduler):
     op: ClassVar[str] = "missing-data"
     key: Key
     dependency: Key
@@ -167,30 +195,9 @@ class SendDependencyUnavailable:
 
 
 @dataclass(slots=True)
-class SendCancelledTasksEnded:
+class SendCancelledTasksEnded(ToScheduler):
     """Tasks freed while processing here take no thread any more (ended, or never ran)."""
 
     op: ClassVar[str] = "tasks-ended"
     keys: list[Key]
     stimulus_id: str = ""
-
-
-WorkerEvent = (
-    ComputeRequested
-    | FreeKeysRequested
-    | ExecuteSucceeded
-    | ExecuteFailed
-    | ExecuteSkipped
-    | GatherDepSucceeded
-    | GatherDepFailed
-    | PauseChanged
-)
-WorkerInstruction = (
-    Execute
-    | GatherDep
-    | SendTaskFinished
-    | SendTaskErred
-    | SendReplicasAdded
-    | SendDependencyUnavailable
-    | SendCancelledTasksEnded
-)

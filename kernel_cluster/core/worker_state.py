@@ -1,7 +1,10 @@
 """A worker as a state machine: which tasks wait, run, fetch inputs or hold data.
 
-The shell (engine/worker.py) turns the instructions into thread-pool work and
-network fetches and feeds the outcomes back as events. ``data`` is injected: a
+One door, :meth:`WorkerState.handle_stimulus`: typed events in (``WorkerEvent``,
+core/worker_messages.py, and the scheduler's ``ToWorker`` instructions as it sent
+them), typed instructions out (``WorkerInstruction``); an event of a type it has no
+handler for raises. The shell (engine/worker.py) turns the instructions into
+thread-pool work and network fetches and feeds the outcomes back as events. ``data`` is injected: a
 plain dict, or a spill buffer that moves values to disk; core does not care.
 
 Task states here: ``waiting`` (inputs missing), ``ready``, ``executing``,
@@ -25,7 +28,7 @@ from typing import Any, Literal
 
 from .keys import Key
 from .lazysets import EMPTY, added, discarded
-from .scheduler_messages import ComputeTask, ComputeTaskAlone, FreeKeys
+from .scheduler_messages import ComputeTask, ComputeTaskAlone, FreeKeys, ToWorker
 from .worker_messages import (
     ComputeAloneRequested,
     ComputeRequested,
@@ -44,6 +47,8 @@ from .worker_messages import (
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    WorkerEvent,
+    WorkerInstruction,
 )
 
 WorkerTaskStateName = Literal[
@@ -164,15 +169,25 @@ class WorkerState:
             maxlen=transition_log_length or None
         )
         self.on_transition: Callable[[WorkerTask, str, str], None] | None = None
-        self._out: list[Any] = []
+        self._out: list[WorkerInstruction] = []
         self._stimulus_id = ""
 
-    def handle_stimulus(self, *events: Any) -> list[Any]:
-        out: list[Any] = []
+    def handle_stimulus(self, *events: WorkerEvent | ToWorker) -> list[WorkerInstruction]:
+        """Take ``events`` in order; the instructions they lead to, in order."""
+        out: list[WorkerInstruction] = []
         self._out = out
+        handlers = self._handlers
         for event in events:
+            try:
+                handler = handlers[type(event)]
+            except KeyError:
+                raise TypeError(
+                    f"The worker state machine has no handler for {event!r}: events are "
+                    "the WorkerEvent classes of core/worker_messages.py and the scheduler's "
+                    "ToWorker instructions, each listed in WorkerState._handlers."
+                ) from None
             self._stimulus_id = event.stimulus_id
-            self._handlers[type(event)](self, event)
+            handler(self, event)
         self._ensure_communicating()
         self._ensure_computing()
         self._out = []
@@ -542,7 +557,9 @@ class WorkerState:
             for dts in ts.dependents:
                 dts.startstops += (("transfer", ev.start, ev.stop, ev.worker),)
             if ts.requested:
-                self._out.append(SendTaskFinished(ts.key, ts.nbytes, "", [], None))
+                self._out.append(
+                    SendTaskFinished(ts.key, ts.nbytes, "", [], None, self._stimulus_id)
+                )
             self._wake_dependents(ts)
         if added:
             self._out.append(SendReplicasAdded(added, nbytes, self._stimulus_id))
@@ -594,7 +611,8 @@ class WorkerState:
             for ts in tss:
                 assert ts.state in ("flight", "released", "memory", "fetch"), (peer, ts)
 
-    _handlers: dict[type, Callable[[WorkerState, Any], None]] = {
+    # the one place an event type meets its handler
+    _handlers: dict[type[WorkerEvent | ToWorker], Callable[[WorkerState, Any], None]] = {
         ComputeRequested: _handle_compute_requested,
         FreeKeysRequested: _handle_free_keys_requested,
         # the scheduler's own instructions, as a local channel hands them over

@@ -11,7 +11,7 @@ Where a fine metric travels, from measured to drawn:
 
 - measured on a worker: ``engine/execute.py`` (a task's thread-cpu, thread-noncpu,
   deserialize, and what ``context_meter`` labels inside it: ``engine/spill.py``'s
-  disk-read / disk-write / compress, a user's own labels), ``core/metrics.py``
+  disk-read / disk-write / compress, a user's own labels), ``core/thread_accounts.py``
   (``ThreadAccount``: executor and idle, the time between tasks), ``engine/worker.py``
   (gather-dep, get-data, memory-monitor); ``core/metrics.py``'s ``MetricsLedger``
   keeps each worker's running totals, sent as the delta since the last heartbeat;

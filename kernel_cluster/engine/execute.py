@@ -15,8 +15,9 @@ import tblib
 
 from ..core import spec as spec_module
 from ..core.keys import Key
-from ..core.metrics import GroupTotals, MeterFrame, TaskTiming, ThreadAccount
+from ..core.metrics import MeterFrame
 from ..core.sizeof import sizeof
+from ..core.thread_accounts import GroupTotals, TaskTiming, ThreadAccount
 from ..core.worker_messages import ExecuteFailed, ExecuteSucceeded
 from .process_meter import context_meter
 
@@ -81,7 +82,7 @@ class TaskRunner:
 
     How a run's time is spent, summed here on the task thread so that the worker's
     loop does nothing per task for metrics (into the ``GroupTotals`` fields of
-    core/metrics.py, which also traces where they go from there):
+    core/thread_accounts.py; core/metrics.py traces where they go from there):
 
     - ``thread-cpu``: the thread's CPU time inside the task's own code; a task of a
       few microseconds counts its wall time, as reading the CPU clock would cost

@@ -1,7 +1,9 @@
 """The scheduler shell: feeds SchedulerState and routes its instructions.
 
-Workers talk to it through channels of messages (engine/wire.py); clients live in
-the same process and hand it core events directly, getting ``ReportKey`` batches back.
+Workers talk to it through channels of messages (engine/wire.py, which also says
+which event each of their messages becomes); clients live in the same process and
+hand it core events directly, getting ``ReportKey`` batches back. An instruction
+the shell does not know how to carry out raises (after the others are carried out).
 Everything here runs on the engine's loop thread.
 """
 
@@ -16,39 +18,29 @@ from typing import Any, Protocol
 from ..core.keys import Key
 from ..core.metrics import add_metrics
 from ..core.scheduler_messages import (
-    CancelledTasksEnded,
     ClientAdded,
     ClientCancelledKeys,
     ClientRemoved,
-    ClusterBusy,
-    ComputeTask,
-    ComputeTaskAlone,
-    DependencyUnavailable,
-    FreeKeys,
     GraphSubmitted,
-    ReplicasAdded,
     ReportKey,
-    ResultUnserializable,
+    ResultSerializationFailed,
+    SchedulerEvent,
+    SchedulerInstruction,
+    SetClusterBusy,
     TaskErred,
     TaskFinished,
+    ToWorker,
     WorkerAdded,
-    WorkerPauseChanged,
     WorkerRemoved,
 )
 from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
-from ..core.worker_messages import (
-    SendCancelledTasksEnded,
-    SendDependencyUnavailable,
-    SendReplicasAdded,
-    SendTaskErred,
-    SendTaskFinished,
-)
+from .code_sources import MAX_FILES
 from .plugins import PluginSet, SchedulerPlugin
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
-from .wire import Heartbeat, HeartbeatNow, HeartbeatReply, ResultUnsendable, WorkerPaused
+from .wire import SCHEDULER_EVENTS, CodeSources, Heartbeat, HeartbeatNow, HeartbeatReply
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +101,9 @@ class Scheduler:
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+        # lines of notebook cells that tasks' code comes from (code_sources.py), for
+        # worker processes, which cannot read them: the latest MAX_FILES files
+        self.code_sources: dict[str, tuple[str, ...]] = {}
 
     # -- plugins -----------------------------------------------------------------------
 
@@ -170,6 +165,8 @@ class Scheduler:
         pid: int | None = None,
     ) -> None:
         self.worker_channels[address] = channel
+        if self.code_sources:  # before any task, which may come with WorkerAdded
+            channel.send([CodeSources(dict(self.code_sources))])
         self.worker_info[address] = {
             "name": name,
             "pid": pid,
@@ -183,7 +180,7 @@ class Scheduler:
             )
         )
         if self.state.busy:  # it joins mid-computation: its free threads are idle
-            channel.send([ClusterBusy(True, "add-worker")])
+            channel.send([SetClusterBusy(True, "add-worker")])
         self.plugins.call_all("add_worker", self, address)
 
     def remove_worker(
@@ -230,6 +227,19 @@ class Scheduler:
         ]
         self.handle(*events)
 
+    def add_code_sources(self, sources: dict[str, tuple[str, ...]]) -> None:
+        """Lines of files that tasks' code comes from and worker processes cannot read
+        (notebook cells): sent to every worker now, ahead of those tasks, and to the
+        workers that join later."""
+        new = {f: lines for f, lines in sources.items() if f not in self.code_sources}
+        if not new:
+            return
+        self.code_sources.update(new)
+        for old in list(self.code_sources)[: max(0, len(self.code_sources) - MAX_FILES)]:
+            del self.code_sources[old]
+        for channel in self.worker_channels.values():
+            channel.send([CodeSources(new)])
+
     async def run_on_workers(self, fn: Any, workers: list[str] | None = None) -> dict:
         """``client.run``: ``fn`` on each worker; exceptions are re-raised here."""
         addresses = workers if workers is not None else list(self.state.workers)
@@ -266,83 +276,44 @@ class Scheduler:
                 self.plugins.call_all("update_graph", self, client=client_id, keys=ev.wanted)
             self.handle(ev)
 
-    def handle_worker_messages(self, address: str, msgs: list) -> None:
+    def handle_worker_messages(self, address: str, msgs: list[Any]) -> None:
         """Messages from the worker at ``address`` (wire.py's classes, decoded already
-        when they came over TCP), made into the state machine's events."""
-        events: list = []
+        when they came over TCP), made into the state machine's events as wire.py's
+        ``SCHEDULER_EVENTS`` says."""
+        events: list[SchedulerEvent] = []
         now = self.clock()
+        to_event = SCHEDULER_EVENTS
         for msg in msgs:
-            t = type(msg)
-            if t is SendTaskFinished:
-                events.append(
-                    TaskFinished(
-                        msg.key,
-                        address,
-                        msg.nbytes,
-                        msg.startstops,
-                        msg.thread,
-                        msg.type_name,
-                        msg.stimulus_id,
-                        now,
-                    )
-                )
-            elif t is Heartbeat:
+            make = to_event.get(type(msg))
+            if make is not None:
+                events.append(make(msg, address, now))
+            elif type(msg) is Heartbeat:
                 self._heartbeat(address, msg)
-            elif t is SendTaskErred:
-                events.append(
-                    TaskErred(
-                        msg.key,
-                        address,
-                        msg.exception,
-                        msg.traceback,
-                        msg.exception_text,
-                        msg.startstops,
-                        msg.thread,
-                        msg.stimulus_id,
-                        now,
-                    )
-                )
-            elif t is SendReplicasAdded:
-                events.append(ReplicasAdded(address, msg.keys, msg.nbytes, msg.stimulus_id, now))
-            elif t is SendCancelledTasksEnded:
-                events.append(CancelledTasksEnded(address, msg.keys, msg.stimulus_id, now))
-            elif t is ResultUnsendable:
-                events.append(
-                    ResultUnserializable(
-                        msg.key, address, msg.exception, msg.exception_text, "", now
-                    )
-                )
-            elif t is SendDependencyUnavailable:
-                events.append(
-                    DependencyUnavailable(msg.key, msg.dependency, address, msg.stimulus_id, now)
-                )
-            elif t is WorkerPaused:
-                events.append(WorkerPauseChanged(address, msg.paused, "", now))
             else:
                 logger.warning("Scheduler ignored unknown message %r from %s", msg, address)
         self.handle(*events)
 
     # -- the door into the state machine, and routing ---------------------------------
 
-    def handle(self, *events: Any) -> None:
+    def handle(self, *events: SchedulerEvent) -> None:
         if not events:
             return
         instructions = self.state.handle_stimulus(*events)
         if instructions:
             self._route(instructions)
 
-    def _route(self, instructions: list) -> None:
-        to_workers: dict[str, list] = {}
+    def _route(self, instructions: list[SchedulerInstruction]) -> None:
+        to_workers: dict[str, list[Any]] = {}
         to_clients: dict[str, list[ReportKey]] = {}
+        unknown: list[SchedulerInstruction] = []
         for inst in instructions:
-            t = type(inst)
-            if t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
+            if isinstance(inst, ToWorker):  # ComputeTask(Alone), FreeKeys
                 # the message itself: a channel over TCP encodes it (engine/wire.py)
                 msgs = to_workers.get(inst.worker)
                 if msgs is None:
                     msgs = to_workers[inst.worker] = []
                 msgs.append(inst)
-            elif t is ReportKey:
+            elif isinstance(inst, ReportKey):
                 waiters = self._key_waiters.pop(inst.key, None)
                 if waiters:
                     for w in waiters:
@@ -352,9 +323,11 @@ class Scheduler:
                 if reports is None:
                     reports = to_clients[inst.client] = []
                 reports.append(inst)
-            elif t is ClusterBusy:
+            elif isinstance(inst, SetClusterBusy):
                 for msgs in [to_workers.setdefault(a, []) for a in self.worker_channels]:
                     msgs.append(inst)
+            else:
+                unknown.append(inst)
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():
             handler = self.client_handlers.get(client_id)
@@ -364,6 +337,11 @@ class Scheduler:
             channel = self.worker_channels.get(address)
             if channel is not None:
                 channel.send(msgs)
+        if unknown:
+            raise TypeError(
+                f"The scheduler shell does not know the instruction {unknown[0]!r} "
+                f"({len(unknown)} unknown in all): route it in Scheduler._route."
+            )
 
     def _heartbeat(self, address: str, msg: Heartbeat) -> None:
         info = self.worker_info.get(address)
@@ -468,7 +446,9 @@ class Scheduler:
                 for key, (payload, text) in exc.errors.items():
                     # the worker also tells us on its stream; don't wait for that
                     self.handle(
-                        ResultUnserializable(key, address, payload, text, "gather", self.clock())
+                        ResultSerializationFailed(
+                            key, address, payload, text, "gather", self.clock()
+                        )
                     )
             except OSError as exc:
                 # a worker that cannot answer is gone: its data will be computed again

@@ -109,6 +109,7 @@ class StackSampler:
         cycle_interval: float = 1.0,
         max_cycles: int = 1000,
         name: str = "worker",
+        rest_after: float = _REST_AFTER,
     ):
         if not interval > 0 or not cycle_interval > 0:
             raise ValueError(
@@ -120,6 +121,7 @@ class StackSampler:
         self.interval = interval
         self.cycle_interval = cycle_interval
         self.name = name
+        self.rest_after = rest_after  # seconds without a task before the thread rests
         self.log = ProfileLog(now(), max_cycles)
         self.frames = FrameCache()
         self.lock = threading.Lock()
@@ -157,7 +159,7 @@ class StackSampler:
     def wake(self) -> None:
         """A task started on a worker that had none running: end the sampler's rest.
 
-        Once no task has run for ``_REST_AFTER`` seconds the thread looks only about
+        Once no task has run for ``rest_after`` seconds the thread looks only about
         every ``_REST`` seconds (in case this call crossed its last look) and closes
         cycles; a busy worker never rests, so its tasks never wake the thread."""
         if self.resting:
@@ -190,11 +192,12 @@ class StackSampler:
         schedule = self.schedule
         signalled = self._signal.acquire
         executing = self.executing
+        rest_after = self.rest_after
         now = clock()
-        last_busy = now - _REST_AFTER
+        last_busy = now - rest_after
         next_look = schedule.first(now)
         next_cycle = now + cycle_interval
-        rest = True  # no task has run for _REST_AFTER: sleep until one starts
+        rest = True  # no task has run for rest_after: sleep until one starts
         while True:
             woken = False
             if rest:
@@ -216,7 +219,7 @@ class StackSampler:
                 hits = self.sample(schedule.weight) if executing else 0
                 if executing:
                     last_busy = now
-                rest = now - last_busy >= _REST_AFTER
+                rest = now - last_busy >= rest_after
                 next_look = schedule.seen(hits, not rest, next_look, now)
             if now >= next_cycle:
                 self.cycle()

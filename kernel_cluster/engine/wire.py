@@ -18,6 +18,12 @@ what hand-written dicts did.
 ``decode`` refuses what it cannot trust with a ``WireError`` that says what was
 wrong: an unknown ``op``, a field missing (one with a default may be left out)
 or one the class does not have. The receivers log it and carry on with the rest.
+
+What a worker's message means to the scheduler's state machine is declared here
+too, once: ``TO_SCHEDULER_EVENT`` pairs each such message with the event it becomes,
+whose fields are the message's by the same names plus the sender (``worker``) and
+the scheduler's clock on reading it (``time``). ``SCHEDULER_EVENTS`` holds the
+converters made from it, generated as the codec's are.
 """
 
 from __future__ import annotations
@@ -28,7 +34,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..core.scheduler_messages import ClusterBusy, ComputeTask, ComputeTaskAlone, FreeKeys
+from ..core.scheduler_messages import (
+    CancelledTasksEnded,
+    ComputeTask,
+    ComputeTaskAlone,
+    DependencyFetchFailed,
+    FreeKeys,
+    ReplicasAdded,
+    ResultSerializationFailed,
+    SchedulerEvent,
+    SetClusterBusy,
+    TaskErred,
+    TaskFinished,
+    WorkerPauseChanged,
+)
 from ..core.worker_messages import (
     SendCancelledTasksEnded,
     SendDependencyUnavailable,
@@ -37,7 +56,17 @@ from ..core.worker_messages import (
     SendTaskFinished,
 )
 
-__all__ = ["MESSAGES", "NOT_SENT", "WireError", "decode", "decode_batch", "encode", "encode_batch"]
+__all__ = [
+    "MESSAGES",
+    "NOT_SENT",
+    "SCHEDULER_EVENTS",
+    "TO_SCHEDULER_EVENT",
+    "WireError",
+    "decode",
+    "decode_batch",
+    "encode",
+    "encode_batch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +127,15 @@ class HeartbeatNow:
     """Send a heartbeat now (the scheduler refreshes its metrics)."""
 
     op: ClassVar[str] = "heartbeat-now"
+
+
+@dataclass(slots=True)
+class CodeSources:
+    """File name -> lines of notebook cells whose code tasks will run (see
+    code_sources.py): ahead of those tasks, once per worker."""
+
+    op: ClassVar[str] = "code-sources"
+    sources: dict
 
 
 # -- registration (a worker process's first exchange) --------------------------------
@@ -179,9 +217,10 @@ MESSAGES: tuple[type, ...] = (
     ComputeTask,
     ComputeTaskAlone,
     FreeKeys,
-    ClusterBusy,
+    SetClusterBusy,
     HeartbeatReply,
     HeartbeatNow,
+    CodeSources,
     # worker -> scheduler
     SendTaskFinished,
     SendTaskErred,
@@ -331,3 +370,62 @@ def _decode_loosely(cls: type, msg: dict) -> Any:
 
 for _cls in MESSAGES:
     _register(_cls)
+
+
+# -- what the scheduler makes of a worker's message ------------------------------------
+
+# Each message from a worker that the scheduler's state machine takes, and its event.
+TO_SCHEDULER_EVENT: dict[type, type[SchedulerEvent]] = {
+    SendTaskFinished: TaskFinished,
+    SendTaskErred: TaskErred,
+    SendReplicasAdded: ReplicasAdded,
+    SendDependencyUnavailable: DependencyFetchFailed,
+    SendCancelledTasksEnded: CancelledTasksEnded,
+    ResultUnsendable: ResultSerializationFailed,
+    WorkerPaused: WorkerPauseChanged,
+}
+
+# message class -> make(message, worker address, time): its event
+SCHEDULER_EVENTS: dict[type, Callable[[Any, str, float], SchedulerEvent]] = {}
+
+
+def _event_maker(msg_cls: type, event_cls: type) -> Callable[[Any, str, float], SchedulerEvent]:
+    """Generate ``make(m, worker, time)``: one positional constructor call, as a
+    hand-written conversion would be (this is on every task's path).
+
+    Each field of the event comes from the message field of the same name, or is
+    ``worker`` or ``time``, or keeps its default; any other field is a mistake in
+    ``TO_SCHEDULER_EVENT``, raised at import.
+    """
+    sent = {f.name for f in dataclasses.fields(msg_cls)}
+    namespace: dict[str, Any] = {"cls": event_cls}
+    args = []
+    for f in dataclasses.fields(event_cls):
+        if f.name in ("worker", "time"):
+            args.append(f.name)
+        elif f.name in sent:
+            args.append(f"m.{f.name}")
+        elif f.default is not dataclasses.MISSING:
+            namespace[f"default_{f.name}"] = f.default
+            args.append(f"default_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            namespace[f"factory_{f.name}"] = f.default_factory
+            args.append(f"factory_{f.name}()")
+        else:
+            raise TypeError(
+                f"{event_cls.__name__}.{f.name} has no source in {msg_cls.__name__} "
+                "(the message lacks it, and it has no default)"
+            )
+    missing = sent - {f.name for f in dataclasses.fields(event_cls)}
+    if missing:
+        raise TypeError(
+            f"{msg_cls.__name__} carries {sorted(missing)}, which {event_cls.__name__} drops"
+        )
+    source = f"def make(m, worker, time):\n    return cls({', '.join(args)})\n"
+    exec(source, namespace)  # from the dataclasses' own field names: nothing foreign
+    make: Callable[[Any, str, float], SchedulerEvent] = namespace["make"]
+    return make
+
+
+for _msg, _event in TO_SCHEDULER_EVENT.items():
+    SCHEDULER_EVENTS[_msg] = _event_maker(_msg, _event)

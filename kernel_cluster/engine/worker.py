@@ -1,8 +1,10 @@
 """The worker shell: turns WorkerState instructions into thread-pool work and fetches.
 
-It speaks to the scheduler only through a channel of messages (engine/wire.py), so
-the same class serves embedded workers (a LocalChannel on the kernel's engine loop,
-which passes the objects) and subprocess workers (a TCP stream, which encodes them).
+It carries out every instruction of the state machine (raising on one it does not
+know, after the others), and speaks to the scheduler only through a channel of
+messages (engine/wire.py), so the same class serves embedded workers (a LocalChannel
+on the kernel's engine loop, which passes the objects) and subprocess workers (a TCP
+stream, which encodes them).
 
 The worker holds the task shell (state machine in, task threads and messages out) and
 owns two parts made for it in ``__init__`` with exactly what each needs: ``memory``, a
@@ -28,8 +30,9 @@ import psutil
 
 from ..core.annotations import current_span
 from ..core.keys import Key
-from ..core.metrics import MeterFrame, MetricsLedger, ThreadTimeline
-from ..core.scheduler_messages import ClusterBusy, ComputeTask, ComputeTaskAlone, FreeKeys
+from ..core.metrics import MeterFrame, MetricsLedger
+from ..core.scheduler_messages import SetClusterBusy, ToWorker
+from ..core.thread_accounts import ThreadTimeline
 from ..core.worker_messages import (
     Execute,
     ExecuteAfter,
@@ -37,12 +40,14 @@ from ..core.worker_messages import (
     ExecuteSucceeded,
     GatherDep,
     SendCancelledTasksEnded,
-    SendDependencyUnavailable,
-    SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    ToScheduler,
+    WorkerEvent,
+    WorkerInstruction,
 )
 from ..core.worker_state import WorkerState, WorkerTask
+from . import code_sources
 from .config import WorkerConfig
 from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .memory_monitor import MemoryMonitor
@@ -53,6 +58,7 @@ from .spill import SpillBuffer
 from .stack_sampler import StackSampler
 from .transfers import PeerData, PeerTransfers
 from .wire import (
+    CodeSources,
     Heartbeat,
     HeartbeatNow,
     HeartbeatReply,
@@ -137,7 +143,7 @@ class Worker:
         self._follow: dict[Key, Any] = {}
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
-        self.timeline = ThreadTimeline()  # each task thread's account (core/metrics.py)
+        self.timeline = ThreadTimeline()  # each task thread's account (core/thread_accounts.py)
         self._runners: dict[int, TaskRunner] = {}  # by thread, made on their first task
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
@@ -263,16 +269,19 @@ class Worker:
     def handle_scheduler_messages(self, msgs: list) -> None:
         """Messages from the scheduler (wire.py's classes, decoded already when they
         came over TCP): its instructions go to the state machine as they are."""
-        events = []
+        events: list[WorkerEvent | ToWorker] = []
         for msg in msgs:
             t = type(msg)
-            if t is ComputeTask or t is FreeKeys or t is ComputeTaskAlone:
+            if isinstance(msg, ToWorker):  # ComputeTask(Alone), FreeKeys
                 events.append(msg)
             elif t is HeartbeatReply:
                 self._learn_clock_offset(msg)
             elif t is HeartbeatNow:
                 self.heartbeat()
-            elif t is ClusterBusy:
+            elif t is CodeSources:
+                if not self.in_process:  # the kernel's line cache is this process's
+                    code_sources.install(msg.sources)
+            elif t is SetClusterBusy:
                 # followed with metrics off too, so they start right when switched on
                 idle = self.timeline.set_busy(msg.busy, time.perf_counter(), self.pool.running)
                 if self.fine_metrics:
@@ -373,22 +382,22 @@ class Worker:
 
     # -- the door into the state machine ----------------------------------------------
 
-    def handle(self, *events: Any) -> None:
+    def handle(self, *events: WorkerEvent | ToWorker) -> None:
         if self._closed or not events:
             return
         instructions = self.state.handle_stimulus(*events)
         if not instructions:
             return
-        msgs: list = []  # the Send* instructions are the messages (engine/wire.py)
+        msgs: list[ToScheduler] = []  # the ToScheduler instructions are the messages
         ended: SendCancelledTasksEnded | None = None
+        unknown: list[WorkerInstruction] = []
         # when this batch's tasks are handed to the pool: the time until a thread
         # starts one is executor (one clock reading for the batch)
         submitted = time.perf_counter() if self.fine_metrics else 0.0
         for inst in instructions:
-            t = type(inst)
-            if t is Execute:
+            if isinstance(inst, Execute):
                 self._execute(inst.key, submitted)
-            elif t is SendTaskFinished:
+            elif isinstance(inst, SendTaskFinished):
                 if self._disk_writes and inst.key in self._disk_writes:
                     t1 = self.now()
                     seconds = self._disk_writes.pop(inst.key)
@@ -396,24 +405,33 @@ class Worker:
                 if self.clock_offset:
                     inst.startstops = self._scheduler_times(inst.startstops)
                 msgs.append(inst)
-            elif t is SendTaskErred:
-                if not self.in_process:  # the kernel may not be able to unpickle them
-                    inst.exception, inst.traceback = pack_exception(inst.exception, inst.traceback)
+            elif isinstance(inst, SendTaskErred):
+                exc = inst.exception
+                # the kernel may not be able to unpickle them: sent as bytes
+                if not self.in_process and isinstance(exc, BaseException):
+                    inst.exception, inst.traceback = pack_exception(exc, inst.traceback)
                 inst.startstops = self._scheduler_times(inst.startstops)
                 msgs.append(inst)
-            elif t is ExecuteAfter:
+            elif isinstance(inst, ExecuteAfter):
                 self._offer_after(inst)
-            elif t is GatherDep:
+            elif isinstance(inst, GatherDep):
                 self._spawn(self.transfers.gather_dep(inst))
-            elif t is SendReplicasAdded or t is SendDependencyUnavailable:
-                msgs.append(inst)
-            elif t is SendCancelledTasksEnded:
+            elif isinstance(inst, SendCancelledTasksEnded):
                 if ended is None:  # one message for the batch (a cancel frees one key a go)
                     ended = SendCancelledTasksEnded([], inst.stimulus_id)
                     msgs.append(ended)
                 ended.keys.extend(inst.keys)
+            elif isinstance(inst, ToScheduler):  # SendReplicasAdded, SendDependencyUnavailable
+                msgs.append(inst)
+            else:
+                unknown.append(inst)
         if msgs and self.scheduler is not None:
             self.scheduler.send(msgs)
+        if unknown:
+            raise TypeError(
+                f"Worker {self.address} does not know the instruction {unknown[0]!r} "
+                f"({len(unknown)} unknown in all): carry it out in Worker.handle."
+            )
 
     def _scheduler_times(self, startstops: list[tuple]) -> list[tuple]:
         off = self.clock_offset

@@ -11,11 +11,10 @@ from kernel_cluster.core.metrics import (
     ContextMeter,
     MeterFrame,
     MetricsLedger,
-    TaskTiming,
-    ThreadTimeline,
     add_metrics,
     check_metric,
 )
+from kernel_cluster.core.thread_accounts import TaskTiming, ThreadTimeline
 
 
 class Clocks:

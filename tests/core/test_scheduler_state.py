@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from kernel_cluster.core import scheduler_messages
 from kernel_cluster.core.scheduler_messages import (
     ClientAdded,
     ClientCancelledKeys,
     ClientReleasedKeys,
     ClientRemoved,
     ComputeTask,
-    DependencyUnavailable,
+    DependencyFetchFailed,
     FreeKeys,
     GraphSubmitted,
     ReplicasAdded,
     ReportKey,
+    SchedulerEvent,
+    SchedulerInstruction,
+    SetClusterBusy,
     TaskErred,
     TaskFinished,
     WorkerAdded,
@@ -366,7 +372,7 @@ def test_replicas_and_dependency_unavailable():
     # the dependent, now on w2, reports it could not fetch: it is rescheduled
     ts_b = s.s.tasks["b"]
     worker_b = ts_b.processing_on.address
-    out = s.handle(DependencyUnavailable("b", "a", worker_b))
+    out = s.handle(DependencyFetchFailed("b", "a", worker_b))
     assert "b" in computes(out)
 
 
@@ -463,15 +469,14 @@ def test_queue_depth_follows_task_duration(duration, extra_expected):
 
 
 def test_cluster_busy_is_announced_when_work_starts_and_ends():
-    from kernel_cluster.core.scheduler_messages import ClusterBusy
 
     s = Sched(("w", 1))
     out = s.submit({"a": (), "b": ("a",)}, ["b"])
-    assert [i.busy for i in out if isinstance(i, ClusterBusy)] == [True]
+    assert [i.busy for i in out if isinstance(i, SetClusterBusy)] == [True]
     out = s.finish("a", "w")
-    assert not any(isinstance(i, ClusterBusy) for i in out)  # still busy: no message
+    assert not any(isinstance(i, SetClusterBusy) for i in out)  # still busy: no message
     out = s.finish("b", "w")
-    assert [i.busy for i in out if isinstance(i, ClusterBusy)] == [False]
+    assert [i.busy for i in out if isinstance(i, SetClusterBusy)] == [False]
     assert s.s.n_pending == 0
 
 
@@ -516,7 +521,7 @@ def test_input_taken_back_takes_back_the_dependents_sent_ahead():
     s.submit({"a": ("z",), "b": ("a",)}, ["b"])
     assert s.s.tasks["b"].processing_on.address == "w1"
     # w1 could not read z for a: a is taken back and scheduled anew, and b with it
-    out = s.handle(DependencyUnavailable("a", "z", "w1"))
+    out = s.handle(DependencyFetchFailed("a", "z", "w1"))
     assert {("w1", "a"), ("w1", "b")} <= freed(out)
     sent = computes(out)
     assert set(sent) == {"a", "b"} and sent["b"].worker == sent["a"].worker
@@ -556,3 +561,88 @@ def test_cancelling_a_chain_sent_ahead_frees_every_link_on_the_worker():
     out = s.handle(ClientCancelledKeys("c", ["x2"]))
     assert freed(out) == {("w", "x0"), ("w", "x1"), ("w", "x2")}
     assert not s.s.tasks
+
+
+# -- the edges: typed events in, typed instructions out, compared whole ------------------
+
+
+def test_a_chain_as_the_exact_instructions_it_makes():
+    """b is sent ahead to the worker computing a, its one input; a finishing then says
+    nothing; b finishing reports b and frees a. Each instruction names its stimulus."""
+    s = SchedulerState(worker_saturation=float("inf"))
+    assert s.handle_stimulus(WorkerAdded("w", 1, stimulus_id="s0"), ClientAdded("c", "s1")) == []
+    out = s.handle_stimulus(
+        GraphSubmitted(
+            "c",
+            {"a": "spec-a", "b": "spec-b"},
+            {"a": frozenset(), "b": frozenset({"a"})},
+            ["b"],
+            {"a": 0, "b": 1},
+            None,
+            "s2",
+            1.0,
+        )
+    )
+    assert out == [
+        ComputeTask("w", "a", "spec-a", {}, {}, (1, 0, 1), "a", "default-1", "s2"),
+        ComputeTask("w", "b", "spec-b", {"a": ()}, {"a": 0}, (1, 1, 2), "b", "default-1", "s2"),
+        SetClusterBusy(True, "s2"),
+    ]
+    assert s.handle_stimulus(TaskFinished("a", "w", 10, stimulus_id="s3", time=2.0)) == []
+    out = s.handle_stimulus(TaskFinished("b", "w", 20, stimulus_id="s4", time=3.0))
+    assert out == [
+        FreeKeys("w", ["a"], "s4"),
+        ReportKey("c", "b", "finished", None, None, "s4"),
+        SetClusterBusy(False, "s4"),
+    ]
+    assert s.handle_stimulus(ClientReleasedKeys("c", ["b"], "s5")) == [FreeKeys("w", ["b"], "s5")]
+    s.validate_state()
+    assert not s.tasks
+
+
+def test_an_error_as_the_exact_instructions_it_makes():
+    s = SchedulerState(worker_saturation=float("inf"))
+    s.handle_stimulus(WorkerAdded("w", 2), ClientAdded("c"))
+    s.handle_stimulus(
+        GraphSubmitted("c", {"x": "spec-x"}, {"x": frozenset()}, ["x"], stimulus_id="s1")
+    )
+    boom = ValueError("boom")
+    out = s.handle_stimulus(TaskErred("x", "w", boom, None, "ValueError: boom", stimulus_id="s2"))
+    assert out == [
+        ReportKey("c", "x", "error", boom, None, "s2"),
+        FreeKeys("w", ["x"], "s2"),
+        SetClusterBusy(False, "s2"),
+    ]
+    s.validate_state()
+
+
+def test_an_event_of_no_known_kind_is_refused_by_name():
+    @dataclasses.dataclass(slots=True)
+    class MoonRose(SchedulerEvent):
+        stimulus_id: str = "moon"
+        time: float = 0.0
+
+    s = SchedulerState()
+    with pytest.raises(TypeError, match=r"no handler for .*MoonRose"):
+        s.handle_stimulus(MoonRose())
+    with pytest.raises(TypeError, match="no handler for 'not an event'"):
+        s.handle_stimulus("not an event")  # type: ignore[arg-type]
+
+
+def test_every_event_has_a_handler_and_every_message_its_base():
+    """Events and instructions are slotted dataclasses under the two bases, and every
+    event class is handled: adding one without a handler fails here, not in use."""
+    classes = [
+        c
+        for c in vars(scheduler_messages).values()
+        if isinstance(c, type) and c.__module__ == scheduler_messages.__name__
+    ]
+    events = [c for c in classes if issubclass(c, SchedulerEvent) and c is not SchedulerEvent]
+    instructions = [c for c in classes if issubclass(c, SchedulerInstruction)]
+    assert set(events) | set(instructions) | {SchedulerEvent} == set(classes)
+    for cls in events + instructions:
+        if dataclasses.is_dataclass(cls):
+            assert "__slots__" in vars(cls), cls
+            assert "stimulus_id" in {f.name for f in dataclasses.fields(cls)}, cls
+    assert set(events) == set(SchedulerState._handlers)
+    assert {"GraphSubmitted", "TaskFinished", "WorkerRemoved"} <= {c.__name__ for c in events}

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
+from kernel_cluster.core import worker_messages
+from kernel_cluster.core.scheduler_messages import ComputeTask, ComputeTaskAlone, FreeKeys, ToWorker
 from kernel_cluster.core.worker_messages import (
     ComputeRequested,
     Execute,
@@ -14,10 +20,13 @@ from kernel_cluster.core.worker_messages import (
     GatherDepFailed,
     GatherDepSucceeded,
     PauseChanged,
+    SendCancelledTasksEnded,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    WorkerEvent,
+    WorkerInstruction,
 )
 from kernel_cluster.core.worker_state import EMPTY, WorkerState
 
@@ -311,3 +320,68 @@ def test_an_offer_followed_by_its_release_in_one_batch_is_withdrawn():
     )
     # the offer went out before the release: the shell must find b gone and skip it
     assert offers(out) == [("b", "a")] and "b" not in w.w.tasks
+
+
+# -- the edges: typed events in, typed instructions out, compared whole ------------------
+
+
+def test_a_worker_story_as_the_exact_instructions_it_makes():
+    """The scheduler's instructions are events here as they were sent (ComputeTask,
+    FreeKeys); each instruction out names the stimulus that caused it."""
+    w = W(nthreads=1, prefetch=0)
+    out = w.handle(ComputeTask("me", "a", "spec-a", {}, {}, (0, 1, 1), "a", None, "s1"))
+    assert out == [Execute("a", "s1")]
+    out = w.handle(
+        ComputeTask("me", "b", "spec-b", {"a": ("me",)}, {"a": 8}, (0, 2, 2), "b", None, "s2")
+    )
+    assert out == [ExecuteAfter("b", "a", "s2")]  # b waits on a alone, which runs here
+    out = w.handle(
+        ComputeTask("me", "c", "spec-c", {"z": ("peer",)}, {"z": 100}, (0, 3, 3), "c", None, "s3")
+    )
+    assert out == [GatherDep("peer", ["z"], 100, "s3")]
+    out = w.handle(ExecuteSucceeded("a", 1, 8, "int", [("compute", 0.0, 1.0)], 7, "s4"))
+    assert out == [
+        SendTaskFinished("a", 8, "int", [("compute", 0.0, 1.0)], 7, "s4"),
+        Execute("b", "s4"),
+    ]
+    out = w.handle(GatherDepSucceeded("peer", {"z": 5}, {"z": 100}, 1.0, 2.0, "s5"))
+    assert out == [SendReplicasAdded(["z"], {"z": 100}, "s5")]  # c waits for the thread
+    boom = ValueError("boom")
+    out = w.handle(ExecuteFailed("b", boom, None, "ValueError: boom", [("compute", 1, 2)], 7, "s6"))
+    assert out == [
+        SendTaskErred("b", boom, None, "ValueError: boom", [("compute", 1, 2)], 7, "s6"),
+        Execute("c", "s6"),
+    ]
+    # freed while it runs: the scheduler hears when it ends, not before
+    assert w.handle(FreeKeys("me", ["c"], "s7", running=True)) == []
+    out = w.handle(ExecuteSucceeded("c", 3, 8, "int", [("compute", 2, 3)], 7, "s8"))
+    assert out == [SendCancelledTasksEnded(["c"], "s8")]
+
+
+def test_an_event_of_no_known_kind_is_refused_by_name():
+    @dataclasses.dataclass(slots=True)
+    class MoonRose(WorkerEvent):
+        stimulus_id: str = "moon"
+
+    w = WorkerState(address="me", nthreads=1)
+    with pytest.raises(TypeError, match=r"no handler for .*MoonRose"):
+        w.handle_stimulus(MoonRose())
+
+
+def test_every_event_has_a_handler_and_every_message_its_base():
+    classes = [
+        c
+        for c in vars(worker_messages).values()
+        if isinstance(c, type) and c.__module__ == worker_messages.__name__
+    ]
+    events = [c for c in classes if issubclass(c, WorkerEvent) and c is not WorkerEvent]
+    instructions = [c for c in classes if issubclass(c, WorkerInstruction)]
+    assert set(events) | set(instructions) | {WorkerEvent} == set(classes)
+    for cls in events + instructions:
+        if dataclasses.is_dataclass(cls):
+            assert "__slots__" in vars(cls), cls
+            assert "stimulus_id" in {f.name for f in dataclasses.fields(cls)}, cls
+    # the scheduler's instructions for a worker are events here, as they arrive
+    to_worker = {ComputeTask, ComputeTaskAlone, FreeKeys}
+    assert all(issubclass(c, ToWorker) for c in to_worker)
+    assert set(events) | to_worker == set(WorkerState._handlers)

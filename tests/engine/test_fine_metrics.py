@@ -200,8 +200,8 @@ def test_the_task_runner_partitions_its_threads_time_exactly():
 
     import cloudpickle
 
-    from kernel_cluster.core.metrics import ThreadTimeline
     from kernel_cluster.core.spec import Call, TaskSpec
+    from kernel_cluster.core.thread_accounts import ThreadTimeline
     from kernel_cluster.core.worker_messages import ExecuteFailed, ExecuteSucceeded
     from kernel_cluster.engine.execute import TaskRunner
 
@@ -275,14 +275,19 @@ def test_gil_contention_is_noncpu_while_gil_free_numpy_is_cpu(eclient):
 
 
 def test_user_meter_is_its_own_activity_and_not_noncpu(mclient):
+    t0 = time.perf_counter()
     mclient.gather(mclient.map(metered_io, range(2)))
+    t1 = time.perf_counter()
     mclient.gather(mclient.map(decorated, range(2)))
+    t2 = time.perf_counter()
+    # each task's sleep, inside its meter: no less than it slept, no more than the tasks
+    # took (a sleep overruns on a busy machine)
     m = execute(mclient, "metered_io")
-    assert m["I/O"] == pytest.approx(0.4, abs=0.1)
-    assert m.get("thread-noncpu", 0) < 0.05
+    assert 0.39 <= m["I/O"] <= 2 * (t1 - t0)
+    assert m.get("thread-noncpu", 0) < 0.5 * m["I/O"]  # not counted as waiting too
     d = execute(mclient, "decorated")
-    assert d["download"] == pytest.approx(0.1, abs=0.05)
-    assert d.get("thread-noncpu", 0) < 0.03
+    assert 0.099 <= d["download"] <= 2 * (t2 - t1)
+    assert d.get("thread-noncpu", 0) < 0.5 * d["download"]
 
 
 def test_digest_metric_adds_any_value_in_any_unit(mclient):
@@ -344,17 +349,47 @@ def test_memory_pressure_shows_disk_and_compression_with_bytes():
 
 @pytest.mark.parametrize("processes", [False, True], ids=["embedded", "processes"])
 def test_execute_seconds_add_up_to_wall_time_times_threads(processes):
+    """While the cluster is busy, every second of every worker thread goes to some
+    activity (idle included). Bounded by what happened, however long it took: at least
+    each worker's thread-seconds from its first task of a batch to the batch's last
+    task's end (the cluster was busy all along), at most both threads' seconds from
+    the first submission to the last read."""
     with KernelCluster(n_workers=2, threads_per_worker=1, processes=processes,
                        memory_limit=0) as cluster, Client(cluster) as client:  # fmt: skip
         client.submit(sleeper, -1).result()  # warm: imports, connections
         baseline = seconds_total(client)
         t0 = time.perf_counter()
-        client.gather(client.map(sleeper, range(12)))
-        client.gather(client.map(python_loop, [300_000] * 6, pure=False))
-        client.gather(client.map(sleeper, range(100, 103)))  # one thread idles here
-        wall = time.perf_counter() - t0
+        busy = 0.0
+        for fn, args in [
+            (sleeper, range(12)),
+            (python_loop, [300_000] * 6),
+            (sleeper, range(100, 103)),  # one thread idles here
+        ]:
+            with client.get_task_stream() as ts:
+                client.gather(client.map(fn, args, pure=False))
+            busy += busy_thread_seconds(ts.data)
         measured = seconds_total(client) - baseline
-        assert measured == pytest.approx(wall * 2, rel=0.1)
+        wall = time.perf_counter() - t0
+        # the task stream's times are the scheduler's clock: a worker process's are
+        # shifted by an estimate of the offset between their clocks
+        slack = 0.01 if processes else 1e-6
+        assert busy - 6 * slack <= measured <= wall * 2, (busy, measured, wall)
+
+
+def busy_thread_seconds(records: list[dict]) -> float:
+    """Per worker (of one thread), from its first task's start to the last task's end."""
+    computes = [
+        (r["worker"], s["start"], s["stop"])
+        for r in records
+        for s in r["startstops"]
+        if s["action"] == "compute"
+    ]
+    end = max(stop for _, _, stop in computes)
+    first: dict[str, float] = {}
+    for worker, start, _ in computes:
+        first[worker] = min(start, first.get(worker, start))
+    assert len(first) == 2, "a batch ran on one worker only"
+    return sum(end - start for start in first.values())
 
 
 def seconds_total(client) -> float:

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel_cluster import context_meter
-from kernel_cluster.core.metrics import ThreadTimeline
 from kernel_cluster.core.spec import Call, TaskSpec
+from kernel_cluster.core.thread_accounts import ThreadTimeline
 from kernel_cluster.core.worker_messages import ExecuteFailed, ExecuteSucceeded
 from kernel_cluster.engine.execute import _SHORT_GAP, _SHORT_TASK, Clocks, TaskRunner
 

@@ -18,7 +18,7 @@ from kernel_cluster import CacheProfiler, ProgressBar, ResourceProfiler, get_syn
 from kernel_cluster.core.spec import GraphError
 from kernel_cluster.diagnostics import Callback
 from kernel_cluster.local_diagnostics.callbacks import active_callbacks
-from tests.engine.helpers import wait_for
+from tests.engine.helpers import blocked_until, wait_for
 
 
 def scalar(x):
@@ -179,7 +179,7 @@ def _set(event: threading.Event):
     return lambda *args: event.set()
 
 
-def test_overlapping_computations_each_get_their_bar_and_records(client):
+def test_overlapping_computations_each_get_their_bar_and_records(client, new_event):
     """Two ``client.compute`` calls under one ProgressBar / CacheProfiler /
     registered ResourceProfiler overlap (each returns at once). The second start
     replaced the first's timer, whose thread then drew for ever; it emptied
@@ -191,12 +191,14 @@ def test_overlapping_computations_each_get_their_bar_and_records(client):
     rprof.register()
     try:
         posted = threading.Event()
+        release = new_event()  # the slow one runs until the quick one is checked
         with ProgressBar(out=out), CacheProfiler() as cprof, Callback(posttask=_set(posted)):
-            slow = client.compute(delayed(nap)(delayed(nap)(1, 0.2), 0.6))
+            slow = client.compute(delayed(blocked_until)(release, delayed(nap)(1, 0.2)))
             assert posted.wait(10)  # the first has a record pending when the second starts
             quick = client.compute(delayed(nap)(delayed(nap)(2, 0.2), 0))
             assert quick.result() == 2
             assert rprof.sampling  # the slow one still runs
+            release.set()
             assert slow.result() == 1
     finally:
         rprof.unregister()

@@ -10,12 +10,15 @@ plugin does two things there:
   round trip with a snapshot built on the scheduler's event loop: plain tuples,
   dicts, strings and numbers, pickled, so tuple keys survive the trip.
 
-This module is pickled *by value* and must stay self-contained: it imports only
-the standard library and ``distributed``/``dask`` (which every Dask scheduler has),
-never ``kernel_cluster``, so a scheduler started elsewhere without this package
-can still load it. Reads that need the workers (profiles, their per-cycle counts,
-transfer logs) ask them concurrently, each answer bounded by a timeout, and
-leave out a worker that does not answer (killed, or stuck).
+This module is pickled *by value*, so that a scheduler started elsewhere without
+this package can load it: it imports the standard library, ``distributed``/``dask``
+(which every Dask scheduler has), and two pure modules of this package's core that
+are pickled by value with it (``PICKLED_WITH``): core/span_folding.py (folding old
+default spans, as the engine's span tree does) and core/profile_tree.py (its
+``to_flat``, for profiles). Nothing else of ``kernel_cluster``. Reads that need the
+workers (profiles, their per-cycle counts, transfer logs) ask them concurrently,
+each answer bounded by a timeout, and leave out a worker that does not answer
+(killed, or stuck).
 """
 
 from __future__ import annotations
@@ -30,6 +33,21 @@ from typing import Any
 from dask.utils import key_split
 from distributed.diagnostics.plugin import SchedulerPlugin
 
+from ...core import profile_tree, span_folding
+from ...core.profile_tree import to_flat
+from ...core.span_folding import (
+    DEFAULT,
+    FOLDED_ID,
+    KEEP_DEFAULT_SPANS,
+    FoldTotals,
+    how_many_to_fold,
+    with_idle,
+)
+
+# the modules pickled by value with this one (dask_source._by_value): pure, standard
+# library only (tests/dask/test_plugin_alone.py checks both)
+PICKLED_WITH = (span_folding, profile_tree)
+
 NAME = "kernel-cluster-views"
 HANDLER = "kernel_cluster_views"
 STREAM_LENGTH = 100_000  # task stream records kept on the scheduler
@@ -37,9 +55,8 @@ WORKER_TIMEOUT = 2.0  # seconds a worker has to answer a read
 # the non-execute contexts of the protocol; each keyed (context, activity, unit)
 PLAIN_CONTEXTS = ("gather-dep", "get-data", "memory-monitor")
 STATES = ("released", "waiting", "queued", "processing", "memory", "erred", "forgotten")
-# as the engine does: the latest finished default spans stay apart, older ones fold into one
-FOLDED_ID = "default-folded"
-KEEP_DEFAULT_SPANS = 100
+# as the engine does: the latest finished default spans stay apart, older ones fold into
+# one (FOLDED_ID), each once it has been finished for FOLD_GRACE
 FOLD_GRACE = 5.0  # seconds after a default span ends before it may fold (late heartbeats)
 # a finished span's snapshot is reused for this long unless one of its tasks finished since
 # (reading every span on every poll would cost the scheduler ~0.1 ms per span)
@@ -63,8 +80,7 @@ class ViewsPlugin(SchedulerPlugin):
         self.index = 0  # records ever made: the next one's number
         self.counts: dict[str | None, dict[str, int]] = {}  # span id -> prefix -> tasks
         self.folded: set[str] = set()  # ids of the default spans folded into FOLDED_ID
-        self.folded_span: dict[str, Any] | None = None  # their sum, as spans() gives one
-        self.folded_metrics: dict[tuple[Any, ...], float] = {}  # their own execute metrics
+        self.fold: FoldTotals | None = None  # what they add up to
         self._fold_from = 0  # default spans before this index are all folded
         self.keep_default_spans = KEEP_DEFAULT_SPANS
         self._snapshots: dict[str, tuple[float, dict[str, Any]]] = {}  # id -> (made, snapshot)
@@ -196,11 +212,18 @@ class ViewsPlugin(SchedulerPlugin):
         for span_id, span in spans.spans.items() if spans is not None else ():
             if span_id in folded:
                 continue
+            # Each span's own metrics, which Dask keeps private: its public
+            # ``cumulative_worker_metrics`` sums the whole subtree and adds an idle line
+            # worked out from the cluster's thread history, at the cost of a walk of
+            # both per span on every poll (thousands of spans); a parent's own numbers
+            # are not to be had back from it exactly (subtracting the children's sums
+            # leaves float residue). Folding, once per span, reads the public one.
             for key, value in span._cumulative_worker_metrics.items():
                 if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute":
                     out[("execute", span_id, *key[1:])] = value
-        for key, value in self.folded_metrics.items():
-            out[("execute", FOLDED_ID, *key)] = value
+        if self.fold is not None:
+            for key, value in self.fold.metrics.items():
+                out[("execute", FOLDED_ID, *key[1:])] = value
         for span_id, counts in self.counts.items():
             for prefix, n in counts.items():
                 out[("execute", span_id, prefix, "tasks", "count")] = n
@@ -225,7 +248,7 @@ class ViewsPlugin(SchedulerPlugin):
         from distributed.metrics import time
 
         ext = self.scheduler.extensions.get("spans")
-        defaults = ext.spans_search_by_name.get(("default",), []) if ext is not None else []
+        defaults = ext.spans_search_by_name.get(DEFAULT, []) if ext is not None else []
         while self._fold_from < len(defaults) and defaults[self._fold_from].id in self.folded:
             self._fold_from += 1
         cutoff = time() - self.fold_grace
@@ -234,41 +257,57 @@ class ViewsPlugin(SchedulerPlugin):
             for s in defaults[self._fold_from :]
             if s.id not in self.folded and s.done and s.stop < cutoff
         ]
-        for span in finished[: max(0, len(finished) - self.keep_default_spans)]:
+        for span in finished[: how_many_to_fold(len(finished), self.keep_default_spans)]:
             self._fold_one(span)
 
     def _fold_one(self, span: Any) -> None:
+        """Add ``span`` (finished: what its tasks did no longer changes) to the fold."""
         snap = self._snapshot(span)
         self.folded.add(span.id)
         self._snapshots.pop(span.id, None)
-        f = self.folded_span
-        if f is None:
-            f = self.folded_span = {
-                **snap,
-                "id": FOLDED_ID,
-                "parent": None,
-                "children": (),
-                "states": dict(snap["states"]),
-                "metrics": dict(snap["metrics"]),
-                "code": (),
-            }
-        else:
-            f["enqueued"] = min(f["enqueued"], snap["enqueued"])
-            starts = [t for t in (f["start"], snap["start"]) if t]
-            f["start"] = min(starts) if starts else 0.0
-            f["stop"] = max(f["stop"], snap["stop"])
-            for name in ("duration", "nbytes_total", "active_cpu_seconds"):
-                f[name] += snap[name]
-            for state, n in snap["states"].items():
-                f["states"][state] = f["states"].get(state, 0) + n
-            for key, value in snap["metrics"].items():
-                f["metrics"][key] = f["metrics"].get(key, 0) + value
-        for key, value in span._cumulative_worker_metrics.items():
-            if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute":
-                self.folded_metrics[key[1:]] = self.folded_metrics.get(key[1:], 0) + value
+        fold = self.fold
+        if fold is None:
+            fold = self.fold = FoldTotals(snap["enqueued"])
+        # a default span has no children: the public subtree read is its own metrics,
+        # but for the idle line it adds (the fold works its own out, as the engine does)
+        own = {
+            key: value
+            for key, value in span.cumulative_worker_metrics.items()
+            if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute"
+            if key[1:3] != ("N/A", "idle or other spans")
+        }
+        intervals = [(float(lo), float(hi), float(n)) for lo, hi, n in span.nthreads_intervals]
+        fold.add_span(snap["enqueued"], intervals, own, snap["code"])
+        durations = {str(k): float(v) for k, v in span.all_durations.items()}
+        fold.add_tasks(snap["start"], snap["stop"], durations, snap["nbytes_total"], snap["states"])
         into = self.counts.setdefault(FOLDED_ID, {})
         for prefix, n in self.counts.pop(span.id, {}).items():
             into[prefix] = into.get(prefix, 0) + n
+
+    def _fold_snapshot(self, fold: FoldTotals) -> dict[str, Any]:
+        """The fold as ``spans()`` gives a span: its metrics with the idle thread time
+        and the task counts, as ``_span_metrics`` gives a span's."""
+        metrics = with_idle(fold.metrics, fold.active_cpu_seconds)
+        for prefix, n in self.counts.get(FOLDED_ID, {}).items():
+            metrics[("execute", prefix, "tasks", "count")] = n
+        states = dict.fromkeys(STATES, 0)
+        states.update(fold.states)
+        return {
+            "id": FOLDED_ID,
+            "name": DEFAULT,
+            "parent": None,
+            "children": (),
+            "enqueued": fold.enqueued,
+            "start": fold.start,
+            "stop": fold.stop,
+            "duration": sum(fold.durations.values()),
+            "nbytes_total": fold.nbytes_total,
+            "states": states,
+            "done": True,
+            "active_cpu_seconds": fold.active_cpu_seconds,
+            "metrics": metrics,
+            "code": tuple(fold.code),
+        }
 
     def _span_metrics(self, span: Any) -> dict[Any, float]:
         """A span's subtree metrics keyed ``("execute", prefix, activity, unit)``:
@@ -316,8 +355,8 @@ class ViewsPlugin(SchedulerPlugin):
             snap = self._snapshot(span)
             self._snapshots[span.id] = (now, snap)
             out.append(snap)
-        if self.folded_span is not None:
-            out.append({**self.folded_span, "states": dict(self.folded_span["states"])})
+        if self.fold is not None:
+            out.append(self._fold_snapshot(self.fold))
         return out
 
     def _snapshot(self, span: Any) -> dict[str, Any]:
@@ -349,8 +388,8 @@ class ViewsPlugin(SchedulerPlugin):
 
     async def span_metrics(self, selector: Any) -> tuple[dict[Any, float], str]:
         ext = self.scheduler.extensions["spans"]
-        if selector == FOLDED_ID and self.folded_span is not None:
-            return dict(self.folded_span["metrics"]), "default (folded)"
+        if selector == FOLDED_ID and self.fold is not None:
+            return self._fold_snapshot(self.fold)["metrics"], "default (folded)"
         if isinstance(selector, str) and selector in ext.spans:
             span = ext.spans[selector]
             return self._span_metrics(span), " / ".join(span.name)
@@ -461,7 +500,7 @@ class ViewsPlugin(SchedulerPlugin):
         trees = await self._ask(
             workers, lambda rpc: rpc.profile(start=start, stop=stop, key=prefix, server=False)
         )
-        return {address: flatten(tree) for address, tree in trees.items()}
+        return {address: to_flat(tree) for address, tree in trees.items()}
 
     async def profile_metadata(
         self,
@@ -489,35 +528,6 @@ class ViewsPlugin(SchedulerPlugin):
                 result = deserialize(result.header, result.frames)  # type: ignore[no-untyped-call]
             out[address] = result
         return out
-
-
-def flatten(tree: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """A Dask profile tree as shallow rows ``(parent row, identifier, filename, name,
-    line number, line, samples, own samples)``, parents first: deep trees travel
-    without recursion, and ``own`` (which Dask does not keep) is computed here."""
-    rows: list[tuple[Any, ...]] = []
-    stack: list[tuple[int, dict[str, Any]]] = [(-1, tree)]
-    while stack:
-        parent, node = stack.pop()
-        d = node.get("description") or {}
-        children = node.get("children") or {}
-        count = int(node.get("count", 0))
-        own = max(0, count - sum(int(c.get("count", 0)) for c in children.values()))
-        index = len(rows)
-        rows.append(
-            (
-                parent,
-                str(node.get("identifier", "root")),
-                str(d.get("filename", "")),
-                str(d.get("name", "")),
-                int(d.get("line_number") or 0),
-                str(d.get("line", "")),
-                count,
-                own,
-            )
-        )
-        stack.extend((index, c) for c in children.values())
-    return rows
 
 
 def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:

@@ -40,7 +40,8 @@ Mapping Dask's data to the protocol, and where they differ:
   heartbeats of every worker. ``refresh=False`` reads what is there at once.
 - Spans. Dask's, with its own ``enqueued``/``start``/``stop``/``duration``/
   ``active_cpu_seconds``; its state ``no-worker`` is kept as an extra state. Dask
-  keeps every span: nothing folds the old default spans as the engine does.
+  keeps every span; the plugin folds the old finished default spans into one as the
+  engine does (core/span_folding.py, shared), so that reads stay bounded.
   Code snippets carry the file and line, not the function's name. Dask puts a
   task in the span of its TaskGroup (its function, by key name) while that group
   lives: tasks of a function submitted under a new span while earlier tasks of it
@@ -141,14 +142,20 @@ def _address_of(client: Any) -> str | None:
 
 
 def _by_value(obj: object) -> bytes:
-    """``obj`` pickled with this package's scheduler-side module inlined, so a
-    scheduler or worker without kernel_cluster installed can load it."""
+    """``obj`` pickled with this package's scheduler-side module inlined (and the pure
+    modules it shares with the engine, ``dask_plugin.PICKLED_WITH``), so a scheduler
+    or worker without kernel_cluster installed can load it."""
+    modules = [dask_plugin, *dask_plugin.PICKLED_WITH]
     with _pickle_lock:
-        cloudpickle.register_pickle_by_value(dask_plugin)
+        # modules already registered (by a user, say) stay so
+        mine = [m for m in modules if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
+        for module in mine:
+            cloudpickle.register_pickle_by_value(module)
         try:
             return cast(bytes, cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
         finally:
-            cloudpickle.unregister_pickle_by_value(dask_plugin)
+            for module in mine:
+                cloudpickle.unregister_pickle_by_value(module)
 
 
 class DaskSource:

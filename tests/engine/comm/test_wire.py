@@ -11,10 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel_cluster.core import scheduler_messages, worker_messages
+from kernel_cluster.engine import wire
 from kernel_cluster.engine.comm import dumps, loads
 from kernel_cluster.engine.wire import (
     MESSAGES,
     NOT_SENT,
+    SCHEDULER_EVENTS,
+    TO_SCHEDULER_EVENT,
     Heartbeat,
     WireError,
     decode,
@@ -57,7 +60,7 @@ def test_every_message_that_crosses_is_registered_once():
         scheduler_messages.ComputeTask,
         scheduler_messages.ComputeTaskAlone,
         scheduler_messages.FreeKeys,
-        scheduler_messages.ClusterBusy,
+        scheduler_messages.SetClusterBusy,
         worker_messages.SendTaskFinished,
         worker_messages.SendTaskErred,
         worker_messages.SendReplicasAdded,
@@ -160,3 +163,42 @@ def test_wire_error_pickles():
 
     error = pickle.loads(pickle.dumps(WireError("unknown message op 'x'")))
     assert type(error) is WireError and str(error) == "unknown message op 'x'"
+
+
+# -- what the scheduler makes of a worker's message ----------------------------------------
+
+
+def test_every_message_to_the_scheduler_becomes_an_event_declared_once():
+    to_scheduler = [
+        c
+        for c in vars(worker_messages).values()
+        if isinstance(c, type)
+        and issubclass(c, worker_messages.ToScheduler)
+        and c is not worker_messages.ToScheduler
+    ]
+    assert set(to_scheduler) <= set(TO_SCHEDULER_EVENT)
+    assert set(TO_SCHEDULER_EVENT) <= set(MESSAGES)  # they all cross the wire
+    assert set(SCHEDULER_EVENTS) == set(TO_SCHEDULER_EVENT)
+    for event in TO_SCHEDULER_EVENT.values():
+        assert issubclass(event, scheduler_messages.SchedulerEvent)
+
+
+@pytest.mark.parametrize("msg_cls", list(TO_SCHEDULER_EVENT), ids=lambda c: c.op)
+def test_an_event_keeps_every_field_of_its_message(msg_cls):
+    fields = dataclasses.fields(msg_cls)
+    msg = msg_cls(**{f.name: f"{f.name}-value" for f in fields})
+    event = SCHEDULER_EVENTS[msg_cls](msg, "tcp://worker", 12.5)
+    assert type(event) is TO_SCHEDULER_EVENT[msg_cls]
+    assert event.worker == "tcp://worker" and event.time == 12.5
+    for f in fields:
+        assert getattr(event, f.name) == f"{f.name}-value", f.name
+    if "stimulus_id" not in {f.name for f in fields}:
+        assert event.stimulus_id == ""  # the event's default
+
+
+def test_a_wrong_pairing_is_refused_when_the_module_loads():
+    with pytest.raises(TypeError, match=r"TaskFinished\.key has no source in WorkerPaused"):
+        wire._event_maker(wire.WorkerPaused, scheduler_messages.TaskFinished)
+    # a message field the event has no place for would be lost on the way
+    with pytest.raises(TypeError, match=r"SendReplicasAdded carries \['nbytes'\]"):
+        wire._event_maker(worker_messages.SendReplicasAdded, scheduler_messages.CancelledTasksEnded)
