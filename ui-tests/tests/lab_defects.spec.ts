@@ -10,6 +10,7 @@ import {
   OTHER,
   panel,
   PANELS,
+  record,
   reload,
   shots,
   shutdownKernels,
@@ -121,8 +122,15 @@ test('3. closing a second view of the notebook leaves the panels connected', asy
 test('4. old page loads do not keep channels: one alive after five reloads', async ({ page, tmpPath }) => {
   await cluster(page, tmpPath);
   await openSidebar(page);
+  // the workspace saved with the panel (a reload before that save would lose it, as
+  // it would any JupyterLab panel)
+  const saved = page.waitForRequest(
+    (r) => r.method() === 'PUT' && r.url().includes('/api/workspaces') && (r.postData() ?? '').includes('task-stream:'),
+    { timeout: 30000 },
+  );
   await clickView(page, 'task-stream');
   const ts = panel(page, 'task-stream');
+  await saved;
   for (let i = 0; i < 5; i++) {
     await expect(ts.locator('.kc-task-stream .kc-title .kc-note')).toHaveText(/\d+ tasks/, { timeout: 30000 });
     await reload(page);
@@ -171,22 +179,31 @@ test('5. panels redraw at their new size when split', async ({ page, tmpPath }) 
 test('6. opened during a CPU-busy cell, the Profile and the Task Stream show data within 2 s', async ({ page, tmpPath }) => {
   await cluster(page, tmpPath);
   await openSidebar(page);
-  await page.notebook.addCell('code', 'import time\nt0 = time.time()\nwhile time.time() - t0 < 30:\n    pass');
+  // busy for 90 s (the checks below take their time on a loaded machine); the kernel
+  // is shut down after the test
+  await page.notebook.addCell('code', 'import time\nt0 = time.time()\nwhile time.time() - t0 < 90:\n    pass');
   await startCell(page, 3);
   await expect(page.locator('.jp-Notebook .jp-Cell').nth(3).locator('.jp-InputPrompt')).toContainText('*');
   await page.waitForTimeout(3000); // the scenario: 3 s into the cell
+  const shown: Record<string, number | null> = {};
   for (const view of ['profile', 'task-stream']) {
-    await clickView(page, view);
-    const p = panel(page, view);
-    await p.waitFor();
-    const shown = await p.evaluate(async (n) => {
+    // from the click, timed in the page (waiting up to 10 s, to tell how late it is)
+    shown[view] = await page.evaluate(async (v) => {
+      const button = document.querySelector(`#kernel-cluster-sidebar button[data-view="${v}"]`) as HTMLButtonElement;
       const t0 = performance.now();
-      while (!n.dataset.firstData && performance.now() - t0 < 2000) await new Promise((r) => setTimeout(r, 20));
-      return n.dataset.firstData ? performance.now() - t0 : null;
-    });
+      button.click();
+      while (performance.now() - t0 < 10000) {
+        const p = document.querySelector(`.kc-lab-panel[data-view="${v}"]`) as HTMLElement | null;
+        if (p?.dataset.firstData) return performance.now() - t0;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return null;
+    }, view);
     await shots(page, `d6-busy-cell-${view}`);
-    expect(shown).not.toBeNull();
   }
+  record({ busy_cell_click_to_first_data_ms: shown });
+  for (const view of ['profile', 'task-stream']) expect(shown[view], view).not.toBeNull();
+  for (const view of ['profile', 'task-stream']) expect(shown[view]!, view).toBeLessThanOrEqual(2000);
   // choosing a task prefix in the profile answers mid-cell too
   const profile = panel(page, 'profile');
   // (through the DOM: Playwright's own selectOption waits on a page whose kernel hogs the CPU)
