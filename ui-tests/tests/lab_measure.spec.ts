@@ -121,8 +121,15 @@ test('bytes per second by feed, every panel open, on the demo workload', async (
 test('one channel alive in the kernel after five reloads', async ({ page, tmpPath }) => {
   await openDemo(page, tmpPath);
   await page.notebook.runCell(0);
+  // the workspace saved with the panel before the first reload (else it is lost, as
+  // any JupyterLab panel would be)
+  const saved = page.waitForRequest(
+    (r) => r.method() === 'PUT' && r.url().includes('/api/workspaces') && (r.postData() ?? '').includes('task-stream:'),
+    { timeout: 30000 },
+  );
   await command(page, 'kernel-cluster:open', { view: 'task-stream', path: `${tmpPath}/${DEMO}` });
   const ts = panel(page, 'task-stream', DEMO);
+  await saved;
   for (let i = 0; i < 5; i++) {
     await expect(ts).toBeVisible({ timeout: 30000 });
     await expect(ts).toHaveAttribute('data-state', 'live', { timeout: 30000 });
