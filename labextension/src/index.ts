@@ -212,8 +212,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       },
     });
 
+    // from a cell (kernel_cluster.show()): the panel opens beside the notebook, which
+    // keeps the focus (the user goes on typing there)
     connections.showRequested.connect((_, { view, mode, path }) => {
-      open(view, path, mode);
+      open(view, path, mode, undefined, false);
     });
 
     const sidebar = new ClusterSidebar(notebooks, labShell, connections, {
