@@ -6,6 +6,7 @@ from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
 from .diagnostics.attach import attach
 from .diagnostics.pages.report import performance_report
+from .diagnostics.pages.task_stream_page import get_task_stream
 from .diagnostics.spans import get_annotations, span
 from .engine.cluster import KernelCluster
 from .engine.config import WorkerConfig
@@ -88,6 +89,7 @@ __all__ = [
     "get_annotations",
     "get_client",
     "get_sync",
+    "get_task_stream",
     "performance_report",
     "progress",
     "show",

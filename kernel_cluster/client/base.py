@@ -27,6 +27,10 @@ class ClientBase:
     """A client's state and its event queue to the scheduler: what submission, results
     and views build on. Futures call the ``FutureOwner`` methods (futures.py)."""
 
+    # dask.compute(x, scheduler=client) takes an object named like a Client with a
+    # ``get`` as a scheduler, if it is not asynchronous (an AsyncClient is)
+    asynchronous = False
+
     # the registry's own methods, bound once: a future calls them for each key
     _inc_ref: Callable[[Key], None]
     _dec_ref: Callable[[Key], None]
@@ -44,7 +48,10 @@ class ClientBase:
         self._scheduler = cluster.scheduler
         self._lock = threading.RLock()
         # the futures by key; Future objects call its methods through ours (FutureOwner)
-        self._futures = futures = FutureRegistry(self._lock, self._schedule_flush, unpack_exception)
+        # the user's done-callbacks run on the cluster's callback thread, off the loop
+        self._futures = futures = FutureRegistry(
+            self._lock, self._schedule_flush, unpack_exception, cluster.loop_thread.callbacks.submit
+        )
         self._inc_ref = futures.inc_ref
         self._dec_ref = futures.dec_ref
         self._release_keys = futures.release_keys
@@ -120,6 +127,11 @@ class ClientBase:
     @abstractmethod
     def gather(self, futures: Any, errors: str = "raise") -> Any:
         """Values for a future, or a (nested) list / tuple / dict of futures."""
+        raise NotImplementedError
+
+    @abstractmethod
+    async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]:
+        """``_gather_keys`` for an event loop, without blocking it (results.Results)."""
         raise NotImplementedError
 
     @abstractmethod

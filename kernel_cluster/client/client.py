@@ -11,6 +11,7 @@ on the scheduler itself (``run``, plugins, ``restart``).
 from __future__ import annotations
 
 import functools
+import numbers
 import uuid
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -23,8 +24,10 @@ from ..engine.cluster import KernelCluster
 from ..engine.comm import SerializationError
 from ..engine.plugins import check_plugin
 from ..engine.pool import in_task_thread
+from ..engine.run_function import RUN_TIMEOUT, RunTimeoutError
+from .asynchronous import Asynchronous
 from .call_keys import funcname
-from .default import join_default, leave_default
+from .default import join_default, leave_default, own_cluster
 from .futures import run_callback
 from .results import Results
 from .submission import Submission
@@ -56,31 +59,74 @@ class Client(Submission, Results, Views):
     is open: the last one to close stops it. A cluster you made is yours to close.
     """
 
+    def __new__(cls, *args: Any, asynchronous: bool = False, **kwargs: Any) -> Client:
+        # Client(asynchronous=True) is an AsyncClient: the same client whose waiting
+        # methods return awaitables (asynchronous.py)
+        if asynchronous and not issubclass(cls, Asynchronous):
+            cls = AsyncClient
+        return super().__new__(cls)
+
     def __init__(
         self,
         cluster: KernelCluster | None = None,
         *,
+        asynchronous: bool = False,
         set_as_default: bool = True,
         code_frames: int = 1,
+        **cluster_kwargs: Any,
     ):
-        """``code_frames``: how many frames of your code each span remembers (0: none)."""
-        global _current_client
+        """``code_frames``: how many frames of your code each span remembers (0: none).
+
+        ``cluster_kwargs`` (``n_workers``, ``threads_per_worker``, ``processes``,
+        ``memory_limit`` and the other ``KernelCluster`` keywords), as
+        ``distributed.Client(processes=True, n_workers=2)`` takes them: a cluster of
+        this client's own, made from them and closed with it.
+
+        ``asynchronous=True``: for a running event loop (a notebook's, ``asyncio.run``):
+        ``client = await Client(asynchronous=True)`` or ``async with Client(...) as
+        client:`` starts it without blocking the loop, and its waiting methods
+        (``gather``, ``result``, ``scheduler_info``, ``run``, ``close``, ...) return
+        awaitables (``kernel_cluster.client.asynchronous``)."""
         client_id = f"Client-{uuid.uuid4().hex[:12]}"
-        if cluster is None:
-            cluster, owned = join_default(client_id), True
-        elif isinstance(cluster, KernelCluster):
-            owned = False
+        if cluster_kwargs:
+            if cluster is not None:
+                raise TypeError(
+                    f"Client() got a cluster and cluster keywords ({', '.join(cluster_kwargs)})"
+                    "; give the keywords to KernelCluster(...) instead, or leave the "
+                    "cluster out to have Client make one from them."
+                )
+        elif cluster is not None:
+            if not isinstance(cluster, KernelCluster):
+                raise TypeError(
+                    f"Client() takes a KernelCluster or nothing, got {type(cluster).__name__}."
+                )
             if cluster.status != "running":
                 raise ValueError(f"{cluster!r} is not running; create a new KernelCluster.")
+        self.id = client_id
+        self._start_args = (cluster, cluster_kwargs, set_as_default, code_frames)
+        if asynchronous:
+            self.status = "newly-created"  # started by ``await client`` (Asynchronous)
+            return
+        self._start()
+
+    def _start(self) -> None:
+        """Join (or make) the cluster and register with its scheduler: blocking (a
+        cluster of worker processes takes seconds), so an asynchronous client runs it
+        in a thread."""
+        global _current_client
+        cluster, cluster_kwargs, set_as_default, code_frames = self._start_args
+        if cluster_kwargs:
+            cluster, owned = own_cluster(cluster_kwargs), True
+        elif cluster is None:
+            cluster, owned = join_default(self.id), True
         else:
-            raise TypeError(
-                f"Client() takes a KernelCluster or nothing, got {type(cluster).__name__}."
-            )
-        super().__init__(client_id, cluster, code_frames)
+            owned = False
+        super().__init__(self.id, cluster, code_frames)
         self._owns_cluster = owned  # the default cluster, shared with other Client()s
         try:
             self._loop.run(self._scheduler.add_client, self.id, self._futures.apply_reports)
         except BaseException:
+            self.status = "closed"
             if owned:  # not a user of the default cluster after all
                 leave_default(cluster, self.id)
             raise
@@ -95,20 +141,45 @@ class Client(Submission, Results, Views):
         fn: Callable[..., Any],
         *args: Any,
         workers: list[str] | None = None,
+        timeout: float | None = RUN_TIMEOUT,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``), with
         ``dask_worker=worker`` too if ``fn`` takes that.
 
         Returns ``{worker_address: result}``; an exception on any worker is raised here.
+        ``fn`` runs on the worker's event loop, as in Dask: a worker that has not
+        answered within ``timeout`` seconds (None: no limit) raises RunTimeoutError, a
+        TimeoutError naming ``fn``; the worker carries on once ``fn`` returns.
         """
         self._check_running()
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, numbers.Real)
+            or not 0 < timeout < float("inf")
+        ):
+            raise ValueError(
+                f"timeout={timeout!r}: give a positive number of seconds, or None to wait for ever."
+            )
+        name = funcname(fn)
         if args or kwargs:
             fn = functools.partial(fn, *args, **kwargs)
-        if not self.cluster.processes:
-            return self._loop.run(self._scheduler.run_on_workers, fn, workers)
-        pickled = self._loop.run(self._scheduler.run_on_workers, _PickledResult(fn), workers)
-        return {address: cloudpickle.loads(data) for address, data in pickled.items()}
+        processes = self.cluster.processes
+        call = _PickledResult(fn) if processes else fn
+        # the engine times out each worker process; this wait is for a function that
+        # blocks the engine's loop itself (embedded workers run it there)
+        wait = None if timeout is None else timeout + (5.0 if processes else 0.0)
+        try:
+            results = self._loop.run(
+                self._scheduler.run_on_workers, call, workers, timeout, name, timeout=wait
+            )
+        except RunTimeoutError:
+            raise
+        except TimeoutError:
+            raise RunTimeoutError(name, timeout or 0) from None
+        if not processes:
+            return results
+        return {address: cloudpickle.loads(data) for address, data in results.items()}
 
     def register_plugin(self, plugin: Any, name: str | None = None) -> str:
         """Add a SchedulerPlugin (an instance); it is called from the engine's thread.
@@ -121,6 +192,20 @@ class Client(Submission, Results, Views):
         self._check_running()
         self._loop.run(self._scheduler.unregister_plugin, name)
 
+    def run_on_scheduler(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn(*args, **kwargs)`` on the scheduler's event-loop thread and return
+        its result (awaited if it is a coroutine), with ``dask_scheduler=`` the
+        scheduler if ``fn`` takes that: ``dask_scheduler.extensions["spans"].spans``
+        are the spans. ``fn`` runs between the engine's steps: keep it short."""
+        self._check_running()
+        if not callable(fn):
+            raise TypeError(
+                f"run_on_scheduler() needs a callable first, got {type(fn).__name__} {fn!r}."
+            )
+        if _takes(fn, "dask_scheduler"):
+            kwargs = {**kwargs, "dask_scheduler": self._scheduler}
+        return self._loop.run(functools.partial(fn, *args, **kwargs))
+
     def restart(self) -> None:
         """Cancel every future on the cluster and replace every worker."""
         self._check_running()
@@ -130,6 +215,8 @@ class Client(Submission, Results, Views):
 
     def close(self) -> None:
         global _current_client
+        if self.status == "newly-created":  # an asynchronous client never awaited
+            self.status = "closed"
         if self.status == "closed":
             return
         with self._lock:
@@ -172,6 +259,21 @@ class Client(Submission, Results, Views):
     def __repr__(self) -> str:
         info = self.cluster
         return f"<Client {self.id} {self.status}, cluster={info!r}>"
+
+
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` has a parameter called ``name``."""
+    import inspect
+
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class AsyncClient(Asynchronous, Client):  # type: ignore[misc]  # close() is awaitable here
+    """What ``Client(asynchronous=True)`` makes: a Client for a running event loop
+    (see ``kernel_cluster.client.asynchronous``)."""
 
 
 class _PickledResult:

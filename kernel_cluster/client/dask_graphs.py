@@ -24,6 +24,8 @@ from typing import Any
 from ..core.dask_specs import is_dask_graph, node_specs
 from ..core.keys import Key
 from ..core.spec import GraphError, TaskSpec, check_acyclic
+from ..core.user_frames import user_stacklevel
+from ..diagnostics.spans import spans_lost_by
 from .futures import Future
 
 __all__ = [
@@ -37,7 +39,7 @@ __all__ = [
 ]
 
 # what dask.annotate(...) may say that this engine acts on; the rest is ignored
-HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority", "retries"})
+HONOURED_ANNOTATIONS = frozenset({"workers", "allow_other_workers", "priority", "retries", "span"})
 
 
 @dataclass
@@ -173,10 +175,41 @@ def _with_annotations(graph: DaskGraph, annotations: Mapping[str, Mapping[Key, A
                 per_task.setdefault(key, {})["workers"] = (
                     (value,) if isinstance(value, str) else tuple(value)
                 )
+            elif name == "span":  # span() around the code that built the collection
+                if _is_span_annotation(value):
+                    per_task.setdefault(key, {})["span"] = {
+                        "name": tuple(value["name"]),
+                        "ids": tuple(value["ids"]),
+                    }
             else:
                 per_task.setdefault(key, {})[name] = value
     graph.ignored = frozenset(ignored)
     return graph
+
+
+def _is_span_annotation(value: Any) -> bool:
+    """Whether ``value`` is what ``span()`` (ours or distributed's) annotates with:
+    ``{"name": (tag, ...), "ids": (id, ...)}`` of one length."""
+    if not isinstance(value, Mapping):
+        return False
+    name, ids = value.get("name"), value.get("ids")
+    return (
+        isinstance(name, (tuple, list))
+        and isinstance(ids, (tuple, list))
+        and len(name) == len(ids) > 0
+    )
+
+
+def span_ids_in(graph: DaskGraph) -> set[str]:
+    """Every span id the graph's tasks are annotated with (parents' too)."""
+    out: set[str] = set()
+    seen: set[tuple[str, ...]] = set()
+    for own in graph.annotations.values():
+        span = own.get("span")
+        if span is not None and span["ids"] not in seen:
+            seen.add(span["ids"])
+            out.update(span["ids"])
+    return out
 
 
 def apply_options(
@@ -219,6 +252,25 @@ def prioritized(order: dict[Key, int], priority: Mapping[Key, float]) -> dict[Ke
     ahead of it, within this submission."""
     ranked = sorted(order, key=lambda k: (-priority.get(k, 0), order[k]))
     return {k: i for i, k in enumerate(ranked)}
+
+
+def warn_lost_spans(graph: DaskGraph) -> None:
+    """Name the spans a computation lost: spans closed with nothing submitted inside
+    (a collection was built there) whose annotation none of its tasks carries."""
+    lost = spans_lost_by(span_ids_in(graph))
+    if not lost:
+        return
+    names = ", ".join(f"span({', '.join(map(repr, name))})" for name in lost)
+    warnings.warn(
+        f"The tasks of this computation carry no annotation of {names}, in which dask "
+        "collections were built and nothing computed: if it computes them, dask's "
+        "optimisation dropped the annotation (dask-expr dataframes always do; arrays and "
+        "delayed when tasks fuse, unless dask.config.set({'optimization.fuse.active': "
+        "False})), so they are filed under the span open now, or the default one. To "
+        "label them, compute inside the span: `with span(...): result = x.compute()`.",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def warn_ignored(names: frozenset[str]) -> None:

@@ -1,9 +1,11 @@
 """The default cluster: the one ``Client()`` starts when given none, shared by every
-such client and closed by the last of them to close (or at the process's exit)."""
+such client and closed by the last of them to close (or at the process's exit); and
+the cluster of a client given cluster keywords (``Client(n_workers=2)``), its own."""
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from ..engine.cluster import KernelCluster
 
@@ -27,8 +29,22 @@ def join_default(client_id: str) -> KernelCluster:
         return _default_cluster
 
 
+def own_cluster(kwargs: dict[str, Any]) -> KernelCluster:
+    """``Client(n_workers=2, processes=True, ...)``: a KernelCluster made from those
+    keywords, for that client alone, which closes it (a bad keyword is
+    KernelCluster's TypeError)."""
+    if "address" in kwargs or "scheduler_file" in kwargs:
+        raise TypeError(
+            "kernel_cluster.Client() starts its own cluster and connects to no address; "
+            "for a Dask scheduler use distributed.Client(address) (and "
+            "kernel_cluster.attach(it) for the views)."
+        )
+    return KernelCluster(**kwargs)
+
+
 def leave_default(cluster: KernelCluster, client_id: str) -> None:
-    """``client_id`` no longer uses the default ``cluster``: close it if it was the last."""
+    """``client_id`` no longer uses ``cluster``: close it if it was the last user of
+    the default cluster, or if it was the client's own (``own_cluster``)."""
     global _default_cluster
     with _default_lock:
         if cluster is _default_cluster:

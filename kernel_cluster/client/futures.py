@@ -8,6 +8,7 @@ made when somebody actually waits, which keeps 10,000 futures cheap.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import copy
 import functools
@@ -15,7 +16,7 @@ import numbers
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 from ..core.keys import Key
@@ -57,7 +58,11 @@ class FutureOwner(Protocol):
     def _dec_ref(self, key: Key) -> None: ...
     def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
     def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]: ...
+    async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]: ...
     def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
+
+    asynchronous: bool  # whether result() returns an awaitable
+
     def cancel(self, futures: Future | Iterable[Future]) -> None: ...
 
 
@@ -184,8 +189,11 @@ class Future:
     def result(self, timeout: float | None = None) -> Any:
         """The value, or the task's exception re-raised with the user's traceback.
 
-        A ``TimeoutError`` leaves the task running.
+        A ``TimeoutError`` leaves the task running. A future of an asynchronous client
+        returns an awaitable instead (``await future`` works for any future).
         """
+        if self.client.asynchronous:
+            return self._result_async(timeout)
         try:
             self.client._wait_for(self._state, self.key, timeout)
             status = self._state.status
@@ -199,6 +207,25 @@ class Future:
             # is shared with the scheduler: holding the future here would keep its key
             # wanted for good once the user lets go of it (concurrent.futures does this too).
             del self
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """``await future``: its value, waited for without blocking the event loop."""
+        return self._result_async().__await__()
+
+    async def _result_async(self, timeout: float | None = None) -> Any:
+        check_timeout(timeout)
+        state, key, client = self._state, self.key, self.client
+        try:
+            await asyncio.wait_for(until_done(client, [state], False), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"Future {key!r} is not done after {timeout} s; the task keeps running."
+            ) from None
+        if state.status == "error":
+            raise task_error(state)
+        if state.status == "cancelled":
+            raise _cancelled(state, key)
+        return (await client._gather_keys_async([key]))[key]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self.client._wait_for(self._state, self.key, timeout)
@@ -217,8 +244,10 @@ class Future:
         return self._state.status == "cancelled"
 
     def add_done_callback(self, fn: Callable[[Future], Any]) -> None:
-        """Call ``fn(future)`` once the future is done (on the engine thread, or now)."""
-        self.client._on_done(self._state, lambda: fn(self))
+        """Call ``fn(future)`` once the future is done: now if it is, else on the
+        cluster's callback thread (never on the engine's loop, which a slow callback
+        would stall)."""
+        self.client._on_done(self._state, UserCallback(fn, self))
 
     def __repr__(self) -> str:
         return f"<Future: {self._state.status}, key: {self.key!r}>"
@@ -228,6 +257,36 @@ class Future:
             f"Future {self.key!r} cannot be pickled; pass it as an argument to submit() and "
             "the task receives its value."
         )
+
+
+async def until_done(owner: FutureOwner, states: list[FutureState], fail_fast: bool) -> None:
+    """In a running event loop, until every state is done (or, with ``fail_fast``, one
+    has failed), without blocking the loop: the engine's thread wakes it."""
+    pending = [st for st in states if not st.done()]
+    if not pending or (fail_fast and any(st.status in FAILED for st in states)):
+        return
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    left = [len(pending)]
+    lock = threading.Lock()
+
+    def wake() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def one_done(st: FutureState) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last or (fail_fast and st.status in FAILED):
+            try:
+                loop.call_soon_threadsafe(wake)
+            except RuntimeError:  # the waiting loop has closed: nobody to wake
+                pass
+
+    for st in pending:
+        owner._on_done(st, functools.partial(one_done, st))
+    await waiter
 
 
 class DoneAndNotDone(NamedTuple):
@@ -319,6 +378,21 @@ def mark_cancelled(
     return callbacks
 
 
+class UserCallback:
+    """A done-callback the user added: the registry hands it to ``defer`` rather than
+    run it on the engine's loop. (The engine's own callbacks, such as a ``Latch``'s,
+    are quick and run where the outcome lands.)"""
+
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[Future], Any], future: Future) -> None:
+        self.fn = fn
+        self.future = future
+
+    def __call__(self) -> None:
+        self.fn(self.future)
+
+
 def run_callback(cb: Callable[[], None]) -> None:
     try:
         cb()
@@ -342,9 +416,13 @@ class FutureRegistry:
         lock: threading.RLock,
         schedule_flush: Callable[[], None],
         unpack: Callable[[Any, Any], tuple[BaseException, Any]],
+        defer: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
-        """``unpack(exception, traceback)``: an exception reported as bytes, rebuilt."""
+        """``unpack(exception, traceback)``: an exception reported as bytes, rebuilt;
+        ``defer(fn)``: where the user's done-callbacks run when an outcome arrives from
+        the engine (its callback thread); None: right away."""
         self.lock = lock
+        self._defer = defer
         self.states: dict[Key, FutureState] = {}
         self.refcount: dict[Key, int] = {}
         self.releases: list[Key] = []
@@ -432,8 +510,12 @@ class FutureRegistry:
                 if st.callbacks:
                     callbacks.extend(st.callbacks)
                     st.callbacks = None
+        defer = self._defer
         for cb in callbacks:
-            run_callback(cb)
+            if defer is not None and type(cb) is UserCallback:
+                defer(functools.partial(run_callback, cb))
+            else:
+                run_callback(cb)
 
     def detach_cancelled(self, futures: list[Future]) -> list[Callable[[], None]]:
         """Cancel these futures now and detach them from their keys (lock held):

@@ -31,6 +31,7 @@ from ..core.annotations import current_span
 from ..core.keys import Key, validate_key
 from ..core.scheduler_messages import GraphSubmitted
 from ..core.spec import Call, Ref, TaskSpec, graph_order, holds_refs
+from ..diagnostics.spans import note_submission
 from ..engine import code_sources
 from ..engine.comm import SerializationError
 from . import dask_graphs
@@ -168,6 +169,7 @@ def pack_graph(
             where = {**(where or {}), "tasks": graph.annotations}
         if graph.ignored:
             dask_graphs.warn_ignored(graph.ignored)
+        dask_graphs.warn_lost_spans(graph)
     deps = {k: s.dependencies for k, s in specs.items()}
     payloads: dict[Key, Any] = specs
     if client._pickle_tasks:
@@ -237,6 +239,7 @@ def placement(workers: Iterable[str] | str | None, loose: bool, code_frames: int
     current = current_span.get()
     if current is not None:
         out["span"] = {"name": current[0], "ids": current[1]}
+        note_submission(current[1])
     if code_frames:
         out["code"] = user_code(code_frames)
     if workers is not None:

@@ -3,6 +3,7 @@ workers; ``cancel`` stops what is not finished."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any, TypeVar, overload
 
@@ -56,14 +57,29 @@ class Results(ClientBase):
         return rebuild(futures, data)
 
     def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]:
+        self._check_gather(keys)
+        self._check_running()
+        data, missing = self._loop.run(self._scheduler.gather, keys)
+        return self._fetched(data, missing)
+
+    async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]:
+        """``_gather_keys`` awaited in another event loop (an asynchronous client's)."""
+        self._check_gather(keys)
+        self._check_running()
+        future = self._loop.submit(self._scheduler.gather, keys)
+        data, missing = await asyncio.wrap_future(future)
+        return self._fetched(data, missing)
+
+    def _check_gather(self, keys: list[Key]) -> None:
         if self.status != "running":
             raise RuntimeError(
                 f"Cannot fetch the result of {keys[0]!r}: {self.id} is closed, and the results "
                 "it held were released with it. Gather what you need before client.close(), "
                 "or compute it again with a new Client()."
             )
-        self._check_running()
-        data, missing = self._loop.run(self._scheduler.gather, keys)
+
+    def _fetched(self, data: dict[Key, Any], missing: list[Key]) -> dict[Key, Any]:
+        """The values fetched; an error naming what is missing, if anything is."""
         if missing:
             with self._lock:
                 erred = [self._futures.states.get(k) for k in missing]

@@ -33,10 +33,6 @@ Workers = Iterable[str] | str | None
 class Submission(ClientBase):
     """The ways to submit work; the futures they return are results.Results' business."""
 
-    # dask.compute(x, scheduler=client) takes an object named like a Client with a
-    # ``get`` as a scheduler, if it is not asynchronous: this one never is
-    asynchronous = False
-
     def submit(
         self,
         fn: Callable[..., Any],
@@ -260,6 +256,7 @@ class Submission(ClientBase):
         ``dask.persist`` passes on) are ignored with a warning."""
         self._check_running()
         dask_graphs.refuse_options("persist", kwargs)
+        active_callbacks()  # dask's own callbacks see nothing here: warns if any are active
         many = isinstance(collections, (list, tuple))
         colls: list[Any] = (
             list(collections) if isinstance(collections, (list, tuple)) else [collections]

@@ -5,7 +5,6 @@ view are imported on first use."""
 
 from __future__ import annotations
 
-import numbers
 from typing import TYPE_CHECKING, Any
 
 from ..diagnostics.sources.engine_source import EngineSource
@@ -14,7 +13,6 @@ from .base import ClientBase
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..diagnostics.queries.task_stream import TaskStreamRecorder
     from ..diagnostics.spans import SpanTreeView
     from ..jupyter.widgets import Dashboard
 
@@ -47,34 +45,31 @@ class Views(ClientBase):
         metrics, label = self.diagnostics.span_metrics(span)
         return span_frame(metrics, label, unit=unit)
 
-    def get_task_stream(self) -> TaskStreamRecorder:
-        """``with client.get_task_stream() as ts:``, then ``ts.data``: the records of
-        exactly the tasks that ran inside the block."""
-        from ..diagnostics.queries.task_stream import TaskStreamRecorder
+    def get_task_stream(
+        self,
+        start: Any = None,
+        stop: Any = None,
+        count: int | None = None,
+        plot: bool | str = False,
+        filename: str = "task-stream.html",
+    ) -> Any:
+        """The task stream records (dicts) of tasks that ended between ``start`` and
+        ``stop`` (timestamps, or durations ago such as ``"10s"``; default: all kept),
+        the last ``count`` of them, as distributed's ``Client.get_task_stream``.
+        ``plot=True``: ``(records, page)``, our task-stream view of them (shown inline
+        in a notebook); ``plot="save"`` writes it to ``filename`` too. For the tasks of
+        one block: ``with kernel_cluster.get_task_stream(client) as ts:``."""
+        from ..diagnostics.pages.task_stream_page import records_with_page
 
         self._check_running()
-        return TaskStreamRecorder(self.diagnostics)
+        return records_with_page(self.diagnostics, start, stop, count, plot, filename)
 
     def task_stream(
         self, start: Any = None, stop: Any = None, count: int | None = None
     ) -> list[dict[str, Any]]:
-        """Task stream records of tasks that ended between ``start`` and ``stop``
-        (timestamps, or durations ago such as ``"10s"``); the last ``count`` of them,
-        as dicts (``diagnostics.snapshots.TaskStreamRecord.as_dict``)."""
-        from ..diagnostics.queries.timewindow import resolve_window
-
-        if count is not None and (
-            isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0
-        ):
-            raise ValueError(
-                f"count={count!r}: give how many of the latest records to return, an int "
-                ">= 0 (0 or None: all of them)."
-            )
-        self._check_running()
-        source = self.diagnostics
-        start_t, stop_t = resolve_window(start, stop, source.now())
-        records = source.task_stream(start=start_t, stop=stop_t, count=count and int(count))
-        return [r.as_dict() for r in records]
+        """``get_task_stream(start, stop, count)``: the name earlier versions used."""
+        records: list[dict[str, Any]] = self.get_task_stream(start, stop, count)
+        return records
 
     def profile(
         self,

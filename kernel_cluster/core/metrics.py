@@ -62,7 +62,7 @@ import math
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Literal
 
 Metrics = dict[tuple[Any, ...], float]
 Callback = Callable[[Hashable, float, str], None]
@@ -97,10 +97,16 @@ class ContextMeter:
         wall: Callable[[], float],
         cpu: Callable[[], float],
         pickle_as: Callable[[], ContextMeter] | None = None,
+        elsewhere: Callable[[], Any] | None = None,
     ):
+        """``elsewhere``: where metrics go when nobody here listens, or None: a function
+        returning another engine's meter (with ``meter`` and ``digest_metric``, as
+        Dask's ``distributed.metrics.context_meter``) while that one listens; task
+        code run by a Dask worker then records into Dask's metrics."""
         self.wall = wall
         self.cpu = cpu
         self._pickle_as = pickle_as
+        self._elsewhere = elsewhere
         self._callbacks: ContextVar[tuple[Callback, ...]] = ContextVar(
             "kernel_cluster_metric_callbacks", default=()
         )
@@ -151,6 +157,9 @@ class ContextMeter:
         """Report ``value`` in ``unit`` under ``label``; a no-op where nobody listens."""
         callbacks = self._callbacks.get()
         if not callbacks:
+            other = self._elsewhere() if self._elsewhere is not None else None
+            if other is not None:
+                other.digest_metric(label, value, unit)
             return
         check_metric(label, value, unit)
         for cb in callbacks:
@@ -162,14 +171,46 @@ class ContextMeter:
         for cb in self._callbacks.get():
             cb(label, value, unit)
 
-    def meter(self, label: Hashable, unit: str = "seconds") -> Meter:
-        """Time the block and report it as ``label``.
+    def meter(
+        self,
+        label: Hashable,
+        unit: str = "seconds",
+        func: Callable[[], float] | None = None,
+        floor: float | Literal[False] = 0.0,
+    ) -> Meter:
+        """Measure the block with ``func`` (default: this meter's wall clock, i.e.
+        ``time.perf_counter``) and report the difference as ``label`` in ``unit``.
 
-        Seconds spent in meters nested inside are reported under their own label
-        and left out of this one; the enclosing task's CPU and non-CPU time leave
-        out the whole block. Usable as a decorator too.
+        In ``seconds``, time spent in meters nested inside is reported under their own
+        label and left out of this one, and the enclosing task's CPU and non-CPU time
+        leave out the whole block. ``floor``: the least the difference may be (False:
+        no floor). ``with ... as m`` gives a ``MeterOutput`` (``m.start`` at once,
+        ``m.stop`` and ``m.delta`` once the block ends). Usable as a decorator too.
         """
-        return Meter(self, label, unit)
+        if floor is not False and (isinstance(floor, bool) or not isinstance(floor, int | float)):
+            raise TypeError(f"floor={floor!r}: give a number, or False for no floor.")
+        if func is not None and not callable(func):
+            raise TypeError(
+                f"func={func!r}: give a function of no arguments returning a number "
+                "(time.perf_counter, say)."
+            )
+        return Meter(self, label, unit, func, floor)
+
+
+class MeterOutput:
+    """What ``with context_meter.meter(...) as m`` gives: ``start`` (``func()`` as the
+    block began), then ``stop`` and ``delta`` once it ended (nan until then; ``delta``
+    less what nested meters took, for seconds, and at least the floor)."""
+
+    __slots__ = ("delta", "start", "stop")
+
+    def __init__(self, start: float, stop: float = math.nan, delta: float = math.nan):
+        self.start = start
+        self.stop = stop
+        self.delta = delta
+
+    def __repr__(self) -> str:
+        return f"MeterOutput(start={self.start!r}, stop={self.stop!r}, delta={self.delta!r})"
 
 
 class Meter:
@@ -180,48 +221,92 @@ class Meter:
     ``with`` at a time; as a decorator, each call times itself with a new one.
     """
 
-    __slots__ = ("_state", "context", "label", "unit")
+    __slots__ = ("_state", "context", "floor", "func", "label", "unit")
 
-    def __init__(self, context: ContextMeter, label: Hashable, unit: str = "seconds"):
+    def __init__(
+        self,
+        context: ContextMeter,
+        label: Hashable,
+        unit: str = "seconds",
+        func: Callable[[], float] | None = None,
+        floor: float | Literal[False] = 0.0,
+    ):
         self.context = context
         self.label = label
         self.unit = unit
+        self.func = func
+        self.floor = floor
         self._state: tuple[Any, ...] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Meter, (self.context, self.label, self.unit))
+        return (Meter, (self.context, self.label, self.unit, self.func, self.floor))
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> MeterOutput:
         m = self.context
-        if not m._callbacks.get():
-            return
+        func = self.func or m.wall
+        if not m._callbacks.get():  # nobody listens here
+            other = m._elsewhere() if m._elsewhere is not None else None
+            if other is not None:  # another engine's task (Dask's): its meter measures
+                manager = other.meter(self.label, self.unit, func, self.floor)
+                self._state = (manager, None, None, 0.0, 0.0, None, False)
+                return manager.__enter__()  # type: ignore[no-any-return]
+            out = MeterOutput(func())  # the numbers for ``as m`` only
+            self._state = (None, None, None, 0.0, 0.0, out, False)
+            return out
         hash(self.label)  # fail here, inside the task, rather than later on the worker
-        frame = MeterFrame()
-        parent = m._frame.get()
-        token = m._frame.set(frame)
-        self._state = (parent, frame, token, m.wall(), m.cpu())
+        nested = self.unit == "seconds"
+        frame = parent = token = None
+        if nested:
+            frame = MeterFrame()
+            parent = m._frame.get()
+            token = m._frame.set(frame)
+        wall0 = m.wall()
+        out = MeterOutput(func() if self.func is not None else wall0)
+        self._state = (parent, frame, token, wall0, m.cpu(), out, True)
+        return out
 
     def __exit__(self, *exc: object) -> None:
         state = self._state
         if state is None:
             return
         self._state = None
-        parent, frame, token, wall0, cpu0 = state
+        parent, frame, token, wall0, cpu0, out, listened = state
         m = self.context
-        wall = m.wall() - wall0
-        cpu = m.cpu() - cpu0
-        m._frame.reset(token)
-        if parent is not None:
-            parent.inner_wall += wall
-            parent.inner_cpu += cpu
-        m.digest_metric(self.label, max(0.0, wall - frame.inner_wall), self.unit)
+        floor = self.floor
+        if not listened:
+            if parent is not None:  # the other engine's meter
+                parent.__exit__(*exc)
+                return
+            out.stop = (self.func or m.wall)()
+            delta = out.stop - out.start
+            out.delta = delta if floor is False else max(floor, delta)
+            return
+        wall_now = m.wall()
+        out.stop = self.func() if self.func is not None else wall_now
+        delta = out.stop - out.start
+        if frame is not None:
+            wall = wall_now - wall0
+            cpu = m.cpu() - cpu0
+            m._frame.reset(token)
+            if parent is not None:
+                parent.inner_wall += wall
+                parent.inner_cpu += cpu
+            delta -= frame.inner_wall
+        out.delta = delta if floor is False else max(floor, delta)
+        m.digest_metric(self.label, out.delta, self.unit)
 
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        context, label, unit = self.context, self.label, self.unit
+        context, label, unit, clock, floor = (
+            self.context,
+            self.label,
+            self.unit,
+            self.func,
+            self.floor,
+        )
 
         @functools.wraps(func)
         def metered(*args: Any, **kwargs: Any) -> Any:
-            with Meter(context, label, unit):
+            with Meter(context, label, unit, clock, floor):
                 return func(*args, **kwargs)
 
         return metered

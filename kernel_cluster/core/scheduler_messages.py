@@ -194,6 +194,8 @@ class WorkerRemoved(SchedulerEvent):
 
     ``running``: the texts of the keys its task threads were running when it died
     (core/blame.py); only those tasks are blamed. None: unknown, all its tasks are.
+    ``cause``: why it went, told to the user when known (its nanny ended it for its
+    memory, say): a task failing with KilledWorker for this death says so.
     """
 
     address: str
@@ -202,6 +204,7 @@ class WorkerRemoved(SchedulerEvent):
     stimulus_id: str = ""
     time: float = 0.0
     running: tuple[bytes, ...] | None = None
+    cause: str = ""
 
 
 # -- instructions --------------------------------------------------------------------

@@ -70,20 +70,31 @@ TransitionHook = Callable[[TaskState, str, str, SchedulerEvent | None], None]
 
 
 class KilledWorker(RuntimeError):
-    """A task was running on workers that died too many times; it may be what kills them."""
+    """A task was running on workers that died too many times; it may be what kills them.
 
-    def __init__(self, key: Key, last_worker: str, allowed_failures: int):
+    ``reason``: why the last of those workers went, when the engine knows (its nanny
+    ended it for passing its memory limit, say), with what to do about it.
+    """
+
+    def __init__(self, key: Key, last_worker: str, allowed_failures: int, reason: str = ""):
         self.key = key
         self.last_worker = last_worker
         self.allowed_failures = allowed_failures
-        super().__init__(
-            f"Task {key!r} was running on a worker that died {allowed_failures + 1} times "
-            f"(last: {last_worker}). It may crash its worker (memory, segfault, os._exit); "
-            "run it alone to check, or raise `allowed_failures` if the workers are flaky."
-        )
+        self.reason = reason
+        if reason:
+            super().__init__(
+                f"Task {key!r} was running on a worker that died {allowed_failures + 1} times "
+                f"(last: {last_worker}). The last time, {reason}"
+            )
+        else:
+            super().__init__(
+                f"Task {key!r} was running on a worker that died {allowed_failures + 1} times "
+                f"(last: {last_worker}). It may crash its worker (memory, segfault, os._exit); "
+                "run it alone to check, or raise `allowed_failures` if the workers are flaky."
+            )
 
-    def __reduce__(self) -> tuple[type[KilledWorker], tuple[Key, str, int]]:
-        return (KilledWorker, (self.key, self.last_worker, self.allowed_failures))
+    def __reduce__(self) -> tuple[type[KilledWorker], tuple[Key, str, int, str]]:
+        return (KilledWorker, (self.key, self.last_worker, self.allowed_failures, self.reason))
 
 
 class LostDependency(RuntimeError):
@@ -184,12 +195,12 @@ class SchedulerState:
         gen = self.generation
         client = self._client(ev.client)
         ann = ev.annotations or {}
-        span = self.spans.observe(ann.get("span"), ev.time, ann.get("code", ()))
-        span_id = span.id
+        code = ann.get("code", ())
         restrictions = ann.get("workers")
         loose = bool(ann.get("allow_other_workers", False))
         order = ev.order or {}
         per_task = ann.get("tasks")  # {key: annotations} of some tasks (dask.annotate)
+        span_of = self._span_chooser(ann.get("span"), per_task, ev.time, code)
         tasks = self.tasks
         new: list[TaskState] = []
         for key, spec in ev.specs.items():
@@ -197,7 +208,7 @@ class SchedulerState:
             if ts is None:
                 self._task_counter += 1
                 ts = self._new_task(
-                    key, spec, span_id, (gen, order.get(key, 0), self._task_counter)
+                    key, spec, span_of(key), (gen, order.get(key, 0), self._task_counter)
                 )
                 if restrictions:
                     ts.worker_restrictions = frozenset(restrictions)
@@ -238,6 +249,43 @@ class SchedulerState:
             if ts.state == "released" and not ts.who_wants and not ts.dependents:
                 self._forget(ts)
 
+    def _span_chooser(
+        self,
+        annotation: dict[str, Any] | None,
+        per_task: dict[Key, dict[str, Any]] | None,
+        time: float,
+        code: tuple[Any, ...],
+    ) -> Callable[[Key], str]:
+        """``key -> span id`` for a submission: a task's own ``span`` annotation (a dask
+        collection built inside ``span()``) wins over the submission's (the span open
+        where it was computed). Spans are made as they are first needed, so a
+        submission whose tasks all carry their own makes no empty default span."""
+        chosen: dict[tuple[str, ...], str] = {}
+        submission: list[str] = []
+
+        def of_submission() -> str:
+            if not submission:
+                submission.append(self.spans.observe(annotation, time, code).id)
+            return submission[0]
+
+        if not per_task:
+            return lambda key: of_submission()
+
+        def span_of(key: Key) -> str:
+            own = per_task.get(key)
+            if own is None:
+                return of_submission()
+            span_ann = own.get("span")
+            if not span_ann:
+                return of_submission()
+            ids = tuple(span_ann["ids"])
+            span_id = chosen.get(ids)
+            if span_id is None:
+                span_id = chosen[ids] = self.spans.observe(span_ann, time, code).id
+            return span_id
+
+        return span_of
+
     @staticmethod
     def _annotate(ts: TaskState, own: dict[str, Any]) -> None:
         """One task's own annotations: where it may run (over the submission's), and
@@ -246,7 +294,7 @@ class SchedulerState:
         if workers:
             ts.worker_restrictions = frozenset(workers)
             ts.loose_restrictions = bool(own.get("allow_other_workers", False))
-        rest = {k: v for k, v in own.items() if k not in ("workers", "allow_other_workers")}
+        rest = {k: v for k, v in own.items() if k not in ("workers", "allow_other_workers", "span")}
         if rest:
             ts.annotations = {**(ts.annotations or {}), **rest}
 
@@ -906,7 +954,7 @@ class SchedulerState:
                 if running is not None:
                     ts.alone = True
             if ts.suspicious > self.allowed_failures:
-                err = KilledWorker(ts.key, ws.address, self.allowed_failures)
+                err = KilledWorker(ts.key, ws.address, self.allowed_failures, ev.cause)
                 self._set_state(ts, "waiting")  # erred from a pending state
                 self._set_erred(ts, err, None, ts)
             else:

@@ -13,9 +13,12 @@ new one begins once the previous one's tasks are all done: a loop of
 ``submit(...).result()`` makes one per iteration. So that such a loop cannot grow
 the tree without bound, only the latest ``keep_default_spans`` finished default
 spans are kept as they are; older ones fold, oldest first, into one span named
-``("default",)`` with id ``"default-folded"``. Folding loses nothing: the fold's
-metrics, task counts, durations, bytes and thread-seconds are the sums of the
-spans folded into it (its ``folded`` says how many), so totals over all spans do
+``("default",)`` with id ``"default-folded"``. A default span's id is
+``default-<token>-<n>``: ``token`` is the tree's own (the scheduler passes a random
+one), so that the ids of two clusters, or of two kernels' runs kept side by side,
+never collide; ``n`` counts the tree's default spans, oldest first. Folding loses
+nothing: the fold's metrics, task counts, durations, bytes and thread-seconds are
+the sums of the spans folded into it (its ``folded`` says how many), so totals over all spans do
 not change; only the folded spans' separate rows are gone. Metrics that arrive
 for a span after it folded go to the fold. The owner of metrics keyed by span id
 (the scheduler's) hands that dict over as ``keyed_metrics`` to have it re-keyed too.
@@ -111,9 +114,12 @@ class Span:
 
     @property
     def start(self) -> float:
-        """When the first task of the subtree started computing; 0 before any did."""
+        """When the first task of the subtree started computing; 0 before any did.
+
+        Never before ``enqueued``: a worker process's clock, corrected by an estimated
+        offset, can place a start a few microseconds ahead of the scheduler's."""
         starts = [g.start for g in self.traverse_groups() if g.start]
-        return min(starts) if starts else 0.0
+        return max(min(starts), self.enqueued) if starts else 0.0
 
     @property
     def stop(self) -> float:
@@ -279,7 +285,7 @@ class FoldedSpan(Span):
         starts = [g.start for g in self.groups if g.start]
         if self.totals.start:
             starts.append(self.totals.start)
-        return min(starts) if starts else 0.0
+        return max(min(starts), self.enqueued) if starts else 0.0
 
     @property
     def stop(self) -> float:
@@ -328,10 +334,13 @@ class SpanTree:
         now: Callable[[], float],
         code_frames: int = 1,
         keep_default_spans: int = KEEP_DEFAULT_SPANS,
+        token: str = "",
     ):
         """``keep_default_spans``: finished default spans kept apart before the oldest
-        fold into one (an attribute: change it any time)."""
+        fold into one (an attribute: change it any time). ``token``: what makes this
+        tree's default span ids its own (``default-<token>-<n>``; none: ``default-<n>``)."""
         self.keep_default_spans = keep_default_spans
+        self._default_prefix = f"{DEFAULT_ID_PREFIX}{token}-" if token else DEFAULT_ID_PREFIX
         self.keyed_metrics: dict[tuple[Any, ...], float] | None = None
         self.folded: FoldedSpan | None = None
         self._finished_defaults: deque[Span] = deque()
@@ -365,7 +374,8 @@ class SpanTree:
                     for _ in range(how_many_to_fold(len(finished), self.keep_default_spans)):
                         self._fold(finished.popleft())
                 self._default_counter += 1
-                span = self._new(DEFAULT, f"{DEFAULT_ID_PREFIX}{self._default_counter}", None, time)
+                span_id = f"{self._default_prefix}{self._default_counter}"
+                span = self._new(DEFAULT, span_id, None, time)
                 self._default = span
         else:
             name, ids = tuple(annotation["name"]), tuple(annotation["ids"])
@@ -406,7 +416,7 @@ class SpanTree:
         del self.spans[span.id]
         self.root_spans.remove(span)
         self.spans_search_by_name[DEFAULT].remove(span)
-        self._folded_upto = int(span.id[len(DEFAULT_ID_PREFIX) :])
+        self._folded_upto = int(span.id[len(self._default_prefix) :])
         metrics = self.keyed_metrics
         if metrics is not None:  # its ("execute", id, ...) entries move to the fold's id
             for _, prefix, activity, unit in span._metrics:
@@ -417,9 +427,11 @@ class SpanTree:
 
     def is_folded(self, span_id: object) -> bool:
         """Whether ``span_id`` is a default span that has been folded."""
-        if self.folded is None or not is_default_span_id(span_id):
+        if self.folded is None or type(span_id) is not str:
             return False
-        number = span_id[len(DEFAULT_ID_PREFIX) :]  # type: ignore[index]
+        if not span_id.startswith(self._default_prefix):
+            return False
+        number = span_id[len(self._default_prefix) :]
         return number.isdigit() and int(number) <= self._folded_upto
 
     def fold_keys(self, delta: dict[tuple[Any, ...], float]) -> dict[tuple[Any, ...], float]:

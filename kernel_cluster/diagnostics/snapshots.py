@@ -166,20 +166,34 @@ class MemorySnapshot:
     """The cluster's memory now, in bytes: ``process_bytes`` (every worker process's
     memory, each process once), ``managed_bytes`` (results held in memory),
     ``unmanaged_bytes`` (process minus managed, at least 0), ``spilled_bytes``
-    (results moved to disk)."""
+    (results moved to disk) and ``unmanaged_old_bytes`` (the least unmanaged memory
+    of the last 30 s: Dask's ``unmanaged_old``; None where the source keeps no
+    history, which makes it the unmanaged memory of now)."""
 
     process_bytes: int
     managed_bytes: int
     unmanaged_bytes: int
     spilled_bytes: int
+    unmanaged_old_bytes: int | None = None
 
     def measure(self, name: str) -> int:
-        """One measure by the name ``MemorySampler`` uses: process, managed, unmanaged
-        or spilled."""
+        """One measure by the name ``MemorySampler`` (and Dask's ``MemoryState``) uses:
+        ``process``, ``managed`` (in memory), ``managed_total`` (managed + spilled),
+        ``unmanaged``, ``unmanaged_old``, ``unmanaged_recent`` (unmanaged - old),
+        ``optimistic`` (managed + unmanaged_old) or ``spilled``."""
+        process = self.process_bytes
+        managed = min(process, self.managed_bytes)
+        unmanaged = process - managed
+        old = self.unmanaged_old_bytes
+        old = unmanaged if old is None else max(0, min(old, unmanaged))
         values = {
-            "process": self.process_bytes,
-            "managed": self.managed_bytes,
-            "unmanaged": self.unmanaged_bytes,
+            "process": process,
+            "managed": managed,
+            "managed_total": managed + self.spilled_bytes,
+            "unmanaged": unmanaged,
+            "unmanaged_old": old,
+            "unmanaged_recent": unmanaged - old,
+            "optimistic": managed + old,
             "spilled": self.spilled_bytes,
         }
         if name not in values:

@@ -148,6 +148,12 @@ class DiagnosticsSource(Protocol):
         ...
 
 
+class WouldBlock(RuntimeError):
+    """A read asked for on the very event loop that must answer it (an asynchronous
+    ``distributed.Client``'s, from a coroutine or a notebook cell running on it): it
+    cannot be waited for there. Views read from their own threads, where it works."""
+
+
 @runtime_checkable
 class HasDiagnostics(Protocol):
     """What views accept besides a source: an object handing one out (a Client)."""

@@ -14,12 +14,16 @@ import time
 import weakref
 from typing import Any, TypedDict, Unpack
 
+import psutil
+
 from .comm import new_secret, write_secret_file
 from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
+from .dask_config import PROFILE_CYCLE, PROFILE_INTERVAL, WORKER_SATURATION, dask_setting
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
 from .loop import LoopThread
 from .nanny import Nanny
+from .offload import Offloader
 from .peers import InProcessPeers
 from .scheduler import Scheduler
 from .tcp_workers import ConnectionPool, RemoteData, SchedulerServer
@@ -43,6 +47,9 @@ class WorkerSettings(TypedDict, total=False):
     memory_pause_fraction: float
     memory_monitor_interval: float
     memory_stuck_seconds: float
+    memory_terminate_fraction: float
+    serialize_timeout: float
+    loop_stuck_seconds: float
     profile: bool
     profile_interval: float
     profile_cycle_interval: float
@@ -54,7 +61,8 @@ class KernelCluster:
     """A scheduler and ``n_workers`` workers, embedded in this process.
 
     One event-loop thread drives the scheduler and every worker's control;
-    each worker runs tasks on its own pool of ``threads_per_worker`` threads.
+    each worker runs tasks on its own pool of ``threads_per_worker`` threads (by
+    default the machine's cores divided among the workers, at least one each).
     """
 
     def __init__(
@@ -64,7 +72,7 @@ class KernelCluster:
         processes: bool = False,
         memory_limit: int | float | str | None = "auto",
         *,
-        worker_saturation: float = 1.5,
+        worker_saturation: float | None = None,
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         death_timeout: float = 10.0,
@@ -79,10 +87,25 @@ class KernelCluster:
         some of them, as do ``threads_per_worker`` and ``memory_limit`` unless left at
         None and "auto". With ``local_directory``, the cluster's directory (workers'
         spill files, the token) is made in it rather than in the system's temporary
-        directory.
+        directory. ``worker_saturation`` (default 1.5), ``profile_interval`` and
+        ``profile_cycle_interval`` left out take dask.config's
+        ``distributed.scheduler.worker-saturation`` and
+        ``distributed.worker.profile.interval`` / ``.cycle`` where the user set them
+        (``engine/dask_config.py`` has the precedence).
         """
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
+        if worker_config is None:  # dask.config's profiling settings, unless keywords say
+            for name, key in (
+                ("profile_interval", PROFILE_INTERVAL),
+                ("profile_cycle_interval", PROFILE_CYCLE),
+            ):
+                if name not in settings:
+                    value = dask_setting(key)
+                    if value is not None:
+                        settings[name] = value  # type: ignore[literal-required]
+        if worker_saturation is None:
+            worker_saturation = dask_setting(WORKER_SATURATION) or 1.5
         self.worker_config = _worker_config(
             n_workers, threads_per_worker, memory_limit, worker_config, settings
         )
@@ -104,7 +127,11 @@ class KernelCluster:
         self.token_file = os.path.join(self.local_directory, "token")
         write_secret_file(self.token_file, self.secret)
         self.pool = ConnectionPool(self.secret)
-        self.peers = InProcessPeers(RemoteData(self.pool))
+        # values from worker processes are unpickled on a thread of this, not on the loop
+        self.unpickling = Offloader(f"{self.name}-unpickle", self.worker_config.serialize_timeout)
+        if processes:
+            self.unpickling.start()
+        self.peers = InProcessPeers(RemoteData(self.pool, offloader=self.unpickling))
         self.dispatcher = Dispatcher()
         self.loop_thread = LoopThread(f"{self.name}-loop")
         self.scheduler: Scheduler = self.loop_thread.run(
@@ -118,6 +145,8 @@ class KernelCluster:
         )
         self.server: SchedulerServer | None = None
         self.nanny: Nanny | None = None  # process mode
+        self._kernel_memory_watch: asyncio.Task | None = None  # embedded, with a limit
+        self._kernel_memory_warned = False
         self.workers: dict[str, Worker] = self.peers.workers
         _live_clusters.add(self)
         try:
@@ -138,6 +167,7 @@ class KernelCluster:
                     death_timeout=death_timeout,
                     on_register=nanny.on_register,
                     on_lost=nanny.on_lost,
+                    vouch=nanny.vouch,
                 )
                 self.scheduler.running_source = nanny.running_on
                 self.loop_thread.run(self.server.start)
@@ -145,6 +175,8 @@ class KernelCluster:
             else:
                 for _ in range(n_workers):
                     self.loop_thread.run(self._start_worker)
+                if self.memory_limit:
+                    self.loop_thread.run(self._start_kernel_memory_watch)
         except BaseException:
             self.close()
             raise
@@ -231,6 +263,41 @@ class KernelCluster:
         worker.start_periodic()
         return worker
 
+    # -- embedded workers' memory ----------------------------------------------------
+
+    def _start_kernel_memory_watch(self) -> None:
+        self._kernel_memory_watch = self.loop.create_task(self._watch_kernel_memory())
+
+    async def _watch_kernel_memory(self) -> None:
+        interval = max(self.worker_config.memory_monitor_interval, 0.5)
+        while not self._kernel_memory_warned:
+            self.check_kernel_memory()
+            await asyncio.sleep(interval)
+
+    def check_kernel_memory(self) -> None:
+        """Embedded workers: warn once when this process's memory passes what their
+        limits add up to. They spill and pause by the size of the results they hold,
+        but they share the kernel's process: nothing can stop a task from allocating
+        more, nor restart the kernel for it (worker processes are restarted)."""
+        if self._kernel_memory_warned or self.processes or not self.memory_limit:
+            return
+        n = max(len(self.workers), 1)
+        rss = psutil.Process().memory_info().rss
+        if rss <= n * self.memory_limit:
+            return
+        self._kernel_memory_warned = True
+        logger.warning(
+            "%s: the kernel's memory (%d MiB) passed its embedded workers' memory_limit "
+            "(%d x %d MiB). kernel-cluster cannot hold embedded workers to a limit: they "
+            "share the kernel's process, and only spill and pause by the size of the "
+            "results they hold. Use KernelCluster(processes=True) for a limit that is "
+            "enforced (a worker process over it is restarted). Warned once.",
+            self.name,
+            rss >> 20,
+            n,
+            self.memory_limit >> 20,
+        )
+
     def _stop_worker(self, address: str) -> Worker | None:
         worker = self.peers.workers.pop(address, None)
         if worker is None:
@@ -290,11 +357,14 @@ class KernelCluster:
         if self.nanny is not None:
             self.nanny.kill_all()  # those the loop could not stop
         self.loop_thread.stop()
+        self.unpickling.close()
         shutil.rmtree(self.local_directory, ignore_errors=True)
         self.status = "closed"
         _live_clusters.discard(self)
 
     async def _close_on_loop(self) -> None:
+        if self._kernel_memory_watch is not None:
+            self._kernel_memory_watch.cancel()
         # clients still attached would otherwise wait for ever on futures nobody computes
         self.scheduler.cancel_everything()
         stopped = []
@@ -347,8 +417,8 @@ def _worker_config(
         raise TypeError(f"KernelCluster() got an unexpected keyword argument {name!r}; {hint}.")
     changes: dict[str, Any] = dict(settings)
     if threads_per_worker is not None or base is None:
-        if threads_per_worker is None:
-            threads_per_worker = os.cpu_count() or 1
+        if threads_per_worker is None:  # the cores shared out, none oversubscribed
+            threads_per_worker = max(1, available_cores() // max(1, n_workers))
         if (
             isinstance(threads_per_worker, bool)
             or not isinstance(threads_per_worker, int)
@@ -363,6 +433,14 @@ def _worker_config(
     # per-worker settings of a given config are the cluster's to set
     changes.update({name: WorkerConfig.__dataclass_fields__[name].default for name in PER_WORKER})
     return (base or WorkerConfig()).replace(**changes)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @atexit.register

@@ -70,6 +70,25 @@ class WorkerConfig:
         default=10.0,
         metadata={"help": "seconds paused, with nothing to spill or run, before giving up"},
     )
+    # a worker process past it is ended by its nanny (the task running there is blamed)
+    memory_terminate_fraction: float = field(
+        default=0.95,
+        metadata={
+            "help": "fraction of the memory limit past which a worker process is restarted "
+            "(0: never)"
+        },
+    )
+    serialize_timeout: float = field(
+        default=120.0,
+        metadata={"help": "seconds one value may take to pickle or unpickle before its task fails"},
+    )
+    loop_stuck_seconds: float = field(
+        default=300.0,
+        metadata={
+            "help": "seconds a worker process's event loop may stay blocked before it is "
+            "replaced (its heartbeats wait meanwhile; a pulse of its own says it is alive)"
+        },
+    )
     profile: bool = field(default=True, metadata={"help": "run the statistical profiler"})
     profile_interval: float = field(default=0.01, metadata={"help": "seconds between samples"})
     profile_cycle_interval: float = field(
@@ -129,6 +148,8 @@ class WorkerConfig:
             "heartbeat_interval",
             "memory_monitor_interval",
             "memory_stuck_seconds",
+            "serialize_timeout",
+            "loop_stuck_seconds",
             "profile_interval",
             "profile_cycle_interval",
         ):
@@ -162,6 +183,17 @@ class WorkerConfig:
             strict=True,
         ):
             object.__setattr__(self, name, float(value))
+        terminate = self.memory_terminate_fraction
+        if (
+            isinstance(terminate, bool)
+            or not isinstance(terminate, int | float)
+            or not 0 <= terminate <= 1
+        ):
+            raise ValueError(
+                "memory_terminate_fraction must be a number > 0 and <= 1, or 0 (never), got "
+                f"{terminate!r}."
+            )
+        object.__setattr__(self, "memory_terminate_fraction", float(terminate))
 
     def replace(self, **changes: Any) -> WorkerConfig:
         """A copy with ``changes`` (checked like any other)."""

@@ -182,11 +182,9 @@ class TaskRunner:
         t0 = t_got  # when the task's own code starts
         try:
             if type(spec) is bytes:  # from another process: unpickling is not the task's
-                spec = load_task(key, spec)
-                t0 = wall()
+                spec, t0 = self._load(key, spec, t_got)
             value = _evaluate(spec.expr, data)
         except BaseException as exc:
-            self._unpickled(t0 - t_got)
             return self._failed(key, exc, submitted, group, t_got, t0 - t_got)
         w1 = self.mark_at = wall()
         took = w1 - t0
@@ -220,6 +218,8 @@ class TaskRunner:
                 startstops = [("compute", anchor, anchor + took)]
             else:
                 totals.deserialize += t0 - t_got
+                frame = self.frame  # _load left the unpickling there: zero between tasks
+                frame.inner_wall = frame.inner_cpu = 0.0
                 startstops = [
                     ("compute", anchor + (t0 - t_got), anchor + (w1 - t_got)),
                     ("deserialize", anchor, anchor + (t0 - t_got)),
@@ -229,16 +229,28 @@ class TaskRunner:
             )
         # a longer task: the full account, unpickling metered as _run_in_full does
         deserialize = t0 - t_got
-        if deserialize:
-            self._unpickled(deserialize)
         return self._succeeded(key, value, submitted, group, t_got, t0, t0, deserialize, w1, wall)
 
-    def _unpickled(self, seconds: float) -> None:
-        """Unpickling the task took ``seconds``: CPU work, timed by the wall clock alone
-        (no reading), kept out of the task's own time as a meter's would be."""
+    def _load(self, key: Key, payload: bytes, t_got: float) -> tuple[Any, float]:
+        """Unpickle a task from another process; returns it and when that ended.
+
+        Unpickling is ``deserialize`` time, kept out of the task's own time as a
+        meter's would be. Its CPU time is read from the thread's clock, not taken to
+        be its wall time: unpickling a function may import its module, which can
+        take the CPU for long (or wait on the disk), and the task's ``thread-cpu``
+        and ``thread-noncpu`` must hold neither. The estimate of the CPU clock as of
+        ``t_got`` becomes that reading, and the clock is read again after the task.
+        """
+        c0 = self._cpu()
+        self.cpu_offset = c0 - t_got
+        self.read_by = t_got  # read the clock after the task, whatever its length
+        spec = load_task(key, payload)
+        t_loaded = self._wall()
         frame = self.frame
-        frame.inner_wall += seconds
-        frame.inner_cpu += seconds
+        frame.inner_wall += t_loaded - t_got
+        spent = self._cpu() - c0
+        frame.inner_cpu += spent if spent > 0.0 else 0.0
+        return spec, t_loaded
 
     def _read_cpu(self, now: float) -> float:
         """Read the thread's CPU clock (a system call) as of ``now`` (wall clock)."""
@@ -263,10 +275,8 @@ class TaskRunner:
         deserialize = 0.0
         try:
             if type(spec) is bytes:
-                spec = load_task(key, spec)
-                t_loaded = wall()
+                spec, t_loaded = self._load(key, spec, t_got)
                 deserialize = t_loaded - t_got
-                self._unpickled(deserialize)
             else:
                 t_loaded = t_got
             if callable(data):  # inputs that may have to come back from disk

@@ -32,6 +32,7 @@ class GraphEvents(SchedulerPlugin):
     transitions: ClassVar = (
         _RUN | _BACK | _FREE | {("processing", "memory"), ("processing", "erred")}
     )
+    raw_startstops: ClassVar = True
 
     def __init__(self, keys: Any, read_values: bool, clock: Any) -> None:
         self.keys = keys

@@ -1,7 +1,9 @@
 """The one event-loop thread that drives the scheduler and worker control.
 
 The kernel's own thread never blocks the engine: user calls hand work to this
-thread (``call_soon``) and wait for answers (``run``) with a timeout.
+thread (``call_soon``) and wait for answers (``run``) with a timeout. Nor does user
+code called back by the engine (a future's done-callbacks): that runs on a thread of
+its own (``callbacks``), in the order it was handed over.
 """
 
 from __future__ import annotations
@@ -10,13 +12,17 @@ import _thread
 import asyncio
 import concurrent.futures
 import contextvars
+import logging
 import selectors
 import threading
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, TypeVarTuple, overload
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+
+logger = logging.getLogger(__name__)
 
 
 class _WakeSelector(selectors.DefaultSelector):
@@ -67,9 +73,65 @@ class _EngineLoop(asyncio.SelectorEventLoop):
             super()._write_to_self()  # type: ignore[misc]  # private to asyncio: not in typeshed
 
 
+class CallbackThread:
+    """Runs user callbacks one after the other on a thread of its own, from ``start``
+    until ``stop``.
+
+    A callback that sleeps for a minute delays the callbacks after it, never the
+    engine: on the loop it would stop the heartbeats from being read, and the
+    scheduler would take every worker for dead (issue 32).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: deque[Callable[[], Any]] = deque()
+        self._wake = threading.Condition(threading.Lock())
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        with self._wake:
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` on the callback thread, after those submitted before it."""
+        with self._wake:
+            if self._stopping:
+                return  # closing: nobody is left to be told
+            self._queue.append(fn)
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._queue and not self._stopping:
+                    self._wake.wait()
+                if not self._queue:
+                    return
+                fn = self._queue.popleft()
+            try:
+                fn()
+            except Exception:
+                logger.exception("A callback raised; the engine carries on")
+
+    def stop(self, timeout: float = 10) -> None:
+        """Run what was submitted, then end the thread (waiting ``timeout`` at most)."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+
 class LoopThread:
     def __init__(self, name: str = "kernel-cluster-loop"):
         self.loop = _EngineLoop()
+        # user callbacks (futures' done-callbacks) run here, never on the loop
+        self.callbacks = CallbackThread(f"{name}-callbacks")
+        self.callbacks.start()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -123,6 +185,16 @@ class LoopThread:
                 "This call blocks until the engine answers and cannot be made from the engine's "
                 "own event loop; use the asynchronous API there."
             )
+        future = self.submit(fn, *args)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+
+    def submit(self, fn: Callable[[*Ts], Any], *args: *Ts) -> concurrent.futures.Future[Any]:
+        """Start ``fn(*args)`` (a function or coroutine function) on the loop; its outcome
+        lands in the returned future (``asyncio.wrap_future`` awaits it in another
+        event loop, without blocking that one)."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def start() -> None:
@@ -147,13 +219,10 @@ class LoopThread:
                 future.set_result(result)
 
         self.loop.call_soon_threadsafe(start, context=contextvars.Context())
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
+        return future
 
     def stop(self, timeout: float = 10) -> None:
-        if not self._thread.is_alive():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout)
+        self.callbacks.stop(timeout)

@@ -23,7 +23,7 @@ from ..core.worker_state import WorkerState
 from .process_meter import context_meter
 from .spill import SpillBuffer
 from .trim import trim_memory
-from .wire import WorkerPaused
+from .wire import MemoryStuck, WorkerPaused
 
 if TYPE_CHECKING:
     import psutil
@@ -33,7 +33,36 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("kernel_cluster.engine.worker")  # where its warnings always went
 
-__all__ = ["MemoryMonitor"]
+__all__ = ["MemoryMonitor", "UnspillableMemoryError"]
+
+
+class UnspillableMemoryError(MemoryError):
+    """A task's result cannot be spilled, and such results kept its worker over its
+    memory limit through ``restarts`` restarts: computing them again cannot help."""
+
+    def __init__(
+        self, key: Any, worker: str, reason: str, held: int, limit: int, restarts: int
+    ) -> None:
+        self.key = key
+        self.worker = worker
+        self.reason = reason
+        self.held = held
+        self.limit = limit
+        self.restarts = restarts
+        super().__init__(
+            f"The result of task {key!r} cannot be spilled to disk ({reason}), and results "
+            f"like it ({held >> 20} MiB on worker {worker}) kept the worker over its "
+            f"memory_limit ({limit >> 20} MiB): it was restarted {restarts} times, computing "
+            "them again each time. Make the results picklable (no locks, open files, "
+            "sockets or generators in them), keep fewer of them at once (gather or reduce "
+            "them as they come), or raise memory_limit."
+        )
+
+    def __reduce__(self) -> tuple:
+        return (
+            UnspillableMemoryError,
+            (self.key, self.worker, self.reason, self.held, self.limit, self.restarts),
+        )
 
 
 def _nothing() -> None:
@@ -189,6 +218,17 @@ class MemoryMonitor:
             threshold,
             now - self._stuck_since,
         )
+        # the values that could not go to disk: the scheduler fails them once restarting
+        # has not helped (allowed_failures), instead of computing them for ever
+        data = self.data
+        if isinstance(data, SpillBuffer) and data.unspillable:
+            held = {
+                key: (data.fast_sizes[key], why)
+                for key, why in data.unspillable.items()
+                if key in data.fast_sizes
+            }
+            if held:
+                self.send_to_scheduler([MemoryStuck(held, used, self.limit)])
         # once: the process is on its way out (not None, which would mean "resume")
         stuck, self.on_stuck = self.on_stuck, _nothing
         self._stuck_since = None

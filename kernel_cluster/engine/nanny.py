@@ -2,6 +2,12 @@
 
 KernelCluster (cluster.py) composes one in process mode. Every method that starts or
 ends a process runs on the cluster's loop thread.
+
+Besides starting and replacing processes, it watches two things the workers cannot
+be trusted to tell: their memory (``watch_memory``: a process past its terminate
+fraction is ended, and the task it ran blamed with the limit and the peak), and their
+pulse (``vouch``: a worker whose heartbeats stopped while its process is alive and its
+pulse thread beats is busy, not dead; engine/pulse.py).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +27,7 @@ import psutil
 
 from .comm import TOKEN_ENV
 from .config import WorkerConfig
+from .pulse import read_pulse
 from .slots import read_running
 
 if TYPE_CHECKING:
@@ -39,19 +47,28 @@ __all__ = ["Nanny"]
 # threads on the machine's cores. One each, as dask's nanny does (a numpy matmul graph
 # ran 15x faster on 2 cores); a value set in the environment is kept.
 ONE_THREAD_LIBRARIES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# glibc keeps what large buffers (values received, pickled, spilled) leave behind in its
+# heaps, each thread's apart, and raises its mmap threshold as they are freed: a worker
+# that moved 10 MiB arrays kept 16 MiB more than it held, enough under a small limit
+# to stay paused for good. A fixed trim threshold hands freed memory back (as dask's
+# nanny sets it too); a value set in the environment is kept.
+MALLOC_SETTINGS = {"MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
 class _WorkerProcess:
     """The nanny's record of one worker subprocess."""
 
-    def __init__(self, name: str, proc: asyncio.subprocess.Process):
+    def __init__(self, name: str, proc: asyncio.subprocess.Process, config: WorkerConfig):
         self.name = name
         self.proc = proc
+        self.config = config
         self.address = ""
         self.registered = asyncio.Event()
         self.stopping = False
         self.monitor: asyncio.Task | None = None
         self.ending: asyncio.Task | None = None  # killing a process the scheduler dropped
+        self.process: psutil.Process | None = None  # for its memory, once registered
+        self.peak = 0  # the most memory seen, in bytes
 
 
 class Nanny:
@@ -81,6 +98,7 @@ class Nanny:
         self.target = 0  # worker processes wanted: failed restarts are retried
         self._procs: dict[str, _WorkerProcess] = {}
         self._monitors: set[asyncio.Task] = set()  # also those retrying a restart
+        self._memory_watch: asyncio.Task | None = None
 
     @property
     def n_live(self) -> int:
@@ -101,6 +119,8 @@ class Nanny:
         env[TOKEN_ENV] = self.secret.hex()
         for var in ONE_THREAD_LIBRARIES:  # unless the user chose otherwise
             env.setdefault(var, "1")
+        for var, value in MALLOC_SETTINGS.items():
+            env.setdefault(var, value)
         # Forked from the loop thread, which lives as long as the cluster: the worker's
         # death signal (PR_SET_PDEATHSIG, tied to the thread that forks) fires when the
         # kernel dies; the worker then removes its directory, and the last one the
@@ -119,7 +139,7 @@ class Nanny:
             env=env,
             stdin=subprocess.DEVNULL,
         )
-        wp = _WorkerProcess(name, proc)
+        wp = _WorkerProcess(name, proc, config)
         self._procs[name] = wp
         wp.monitor = asyncio.get_running_loop().create_task(self._monitor(wp))
         self._monitors.add(wp.monitor)
@@ -148,7 +168,86 @@ class Nanny:
         wp = self._procs.get(reg.name)
         if wp is not None:
             wp.address = address
+            with contextlib.suppress(psutil.Error):
+                wp.process = psutil.Process(wp.proc.pid)
             wp.registered.set()
+            if wp.config.memory_limit and self._memory_watch is None:
+                self._memory_watch = asyncio.get_running_loop().create_task(self.watch_memory())
+                self._monitors.add(self._memory_watch)
+                self._memory_watch.add_done_callback(self._monitors.discard)
+
+    # -- signs of life, and memory -------------------------------------------------------
+
+    def vouch(self, address: str, within: float) -> bool:
+        """Whether the worker process at ``address`` is alive: running, with its pulse
+        (a thread of its own, engine/pulse.py) seen within ``within`` seconds. Its
+        event loop may be busy; the process is not gone, nor stuck for good."""
+        wp = self._at(address)
+        if wp is None or wp.stopping or wp.ending is not None or wp.proc.returncode is not None:
+            return False
+        pulse = read_pulse(os.path.join(self.local_directory, wp.name))
+        return pulse is not None and time.monotonic() - pulse[0] <= within
+
+    def _at(self, address: str) -> _WorkerProcess | None:
+        for wp in self._procs.values():
+            if wp.address == address:
+                return wp
+        return None
+
+    async def watch_memory(self) -> None:
+        """End a worker process whose memory passed its terminate fraction, as a nanny
+        of distributed's does: a task can allocate far past the pause threshold (which
+        only stops new tasks), and the machine's OOM killer would choose its victim
+        among every process of the user. The task running there is blamed (it fails
+        after ``allowed_failures`` such deaths, naming the limit and the peak)."""
+        while self.status() in ("running", "starting"):
+            interval = 1.0
+            for wp in list(self._procs.values()):
+                config = wp.config
+                if not config.memory_limit or wp.process is None:
+                    continue
+                interval = min(interval, config.memory_monitor_interval)
+                if wp.stopping or wp.ending is not None or wp.proc.returncode is not None:
+                    continue
+                try:
+                    rss = wp.process.memory_info().rss
+                except psutil.Error:
+                    continue
+                wp.peak = max(wp.peak, rss)
+                fraction = config.memory_terminate_fraction
+                if fraction and rss > fraction * config.memory_limit:
+                    self._end_for_memory(wp, rss)
+            await asyncio.sleep(interval)
+
+    def _end_for_memory(self, wp: _WorkerProcess, rss: int) -> None:
+        config = wp.config
+        cause = (
+            f"its memory ({_mib(rss)}, peak {_mib(wp.peak)}) passed "
+            f"{config.memory_terminate_fraction:.0%} of its memory_limit "
+            f"({_mib(config.memory_limit)}; memory_terminate_fraction), and its nanny "
+            "ended it. Give the workers more memory (memory_limit, fewer workers or "
+            "threads per worker), or make the task use less (smaller pieces of data)."
+        )
+        logger.warning(
+            "Worker %s (pid %d) uses %s, over %.0f%% of its memory limit (%s): ending it",
+            wp.name,
+            wp.proc.pid,
+            _mib(rss),
+            100 * config.memory_terminate_fraction,
+            _mib(config.memory_limit),
+        )
+        # blamed now, while its slots still show what it runs; the stream that breaks
+        # when it dies then finds it removed already
+        if wp.address:
+            self.scheduler.remove_worker(
+                wp.address,
+                reason=f"memory {_mib(rss)} over the limit",
+                running=self.running_on(wp.address),
+                cause=cause,
+            )
+        with contextlib.suppress(ProcessLookupError):
+            wp.proc.kill()  # over its limit: now, not after a grace
+        wp.ending = asyncio.get_running_loop().create_task(wp.proc.wait())
 
     def on_lost(self, address: str) -> None:
         """The scheduler lost ``address``'s stream (no heartbeat, unreachable, broken):
@@ -275,6 +374,10 @@ class Nanny:
         for wp in list(self._procs.values()):
             with contextlib.suppress(ProcessLookupError):
                 wp.proc.kill()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.0f} MiB"
 
 
 def _exited(pid: int) -> bool:

@@ -23,6 +23,9 @@ class SchedulerPlugin:
 
     name: str | None = None
     transitions: ClassVar[frozenset[tuple[str, str]] | None] = None
+    # the engine's own plugins read ``startstops`` as (action, start, stop[, source])
+    # tuples, cheap to keep by the thousand; a user's gets Dask's dicts
+    raw_startstops: ClassVar[bool] = False
 
     def start(self, scheduler: Any) -> None:
         """Registered with a running scheduler."""
@@ -32,7 +35,9 @@ class SchedulerPlugin:
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         """A task changed state. For tasks that ran, ``kwargs`` has ``worker``,
-        ``startstops``, ``thread``, ``nbytes``, ``prefix`` and ``span_id``."""
+        ``startstops`` (as Dask's: a list of ``{"action", "start", "stop"}`` dicts on
+        the scheduler's clock, a transfer's with its ``source`` worker), ``thread``,
+        ``nbytes``, ``prefix`` and ``span_id``."""
 
     def add_worker(self, scheduler: Any, worker: str) -> None:
         """A worker joined."""
@@ -44,7 +49,8 @@ class SchedulerPlugin:
         """The scheduler is shutting down."""
 
 
-_Caller = tuple["SchedulerPlugin", Callable[..., Any]]
+# a plugin, its ``transition``, and whether it takes startstops as raw tuples
+_Caller = tuple["SchedulerPlugin", Callable[..., Any], bool]
 HOOKS = ("start", "update_graph", "transition", "add_worker", "remove_worker", "close")
 
 
@@ -112,10 +118,10 @@ class PluginSet:
         # tuples are rebuilt, never changed in place, so a call in progress can go on
         # iterating over the one it took
         self._callers = {
-            pair: tuple((p, p.transition) for p in [*everything, *targeted])
+            pair: tuple(_caller(p) for p in [*everything, *targeted])
             for pair, targeted in by.items()
         }
-        self._default_callers = tuple((p, p.transition) for p in everything)
+        self._default_callers = tuple(_caller(p) for p in everything)
 
     def wants_transitions(self) -> bool:
         return bool(self._everything or self._by_transition)
@@ -148,3 +154,19 @@ class PluginSet:
 
     def call_all(self, method: str, *args: Any, **kw: Any) -> None:
         self.call(self.plugins.values(), method, *args, **kw)
+
+
+def _caller(plugin: Any) -> _Caller:
+    return (plugin, plugin.transition, bool(getattr(plugin, "raw_startstops", False)))
+
+
+def startstop_dicts(startstops: Iterable[tuple]) -> list[dict[str, Any]]:
+    """(action, start, stop[, source]) tuples as Dask's startstops: dicts, a
+    transfer's with the worker it came from as ``source``."""
+    out = []
+    for action, start, stop, *rest in startstops:
+        d: dict[str, Any] = {"action": action, "start": start, "stop": stop}
+        if action == "transfer" and rest:
+            d["source"] = rest[0]
+        out.append(d)
+    return out

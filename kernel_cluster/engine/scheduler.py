@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..core.keys import Key
 from ..core.metrics import add_metrics
+from ..core.recent_minimum import RecentMinimum
 from ..core.scheduler_messages import (
     ClientAdded,
     ClientCancelledKeys,
@@ -37,10 +39,20 @@ from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from .code_sources import MAX_FILES
-from .plugins import PluginSet, SchedulerPlugin
+from .execute import pack_exception
+from .memory_monitor import UnspillableMemoryError
+from .plugins import PluginSet, SchedulerPlugin, startstop_dicts
+from .run_function import run_on
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
-from .wire import SCHEDULER_EVENTS, CodeSources, Heartbeat, HeartbeatNow, HeartbeatReply
+from .wire import (
+    SCHEDULER_EVENTS,
+    CodeSources,
+    Heartbeat,
+    HeartbeatNow,
+    HeartbeatReply,
+    MemoryStuck,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +84,8 @@ class Scheduler:
         task_stream_length: int = 100_000,
         clock: Callable[[], float] = time.time,
     ):
-        self.spans = SpanTree(now=clock)
+        # default span ids unique to this scheduler: runs stored side by side never mix
+        self.spans = SpanTree(now=clock, token=uuid.uuid4().hex[:12])
         self.extensions = {"spans": self.spans}  # where the seed finds them
         self.state = SchedulerState(
             worker_saturation=worker_saturation,
@@ -101,6 +114,11 @@ class Scheduler:
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.cumulative_worker_metrics: dict[tuple, float] = {}
+        # key -> restarts of workers stuck over their memory limit with its value, which
+        # could not be spilled (MemoryStuck): past allowed_failures, the task fails
+        self.unspillable_restarts: dict[Key, int] = {}
+        # unmanaged memory over the last 30 s (Dask's distributed.memory.recent-to-old-time)
+        self.unmanaged_window = RecentMinimum(30.0)
         # lines of notebook cells that tasks' code comes from (code_sources.py), for
         # worker processes, which cannot read them: the latest MAX_FILES files
         self.code_sources: dict[str, tuple[str, ...]] = {}
@@ -143,9 +161,15 @@ class Scheduler:
             if ev is not None:
                 kw["stimulus_id"] = ev.stimulus_id
         key = ts.key
-        for plugin, transition in callers:
+        dicts: dict[str, Any] | None = None  # kw with Dask's startstops, made once
+        for plugin, transition, raw in callers:
             try:
-                transition(key, start, finish, **kw)
+                if raw or "startstops" not in kw:
+                    transition(key, start, finish, **kw)
+                else:
+                    if dicts is None:
+                        dicts = {**kw, "startstops": startstop_dicts(kw["startstops"])}
+                    transition(key, start, finish, **dicts)
             except Exception:
                 self.plugins.failed(plugin, "transition")
 
@@ -189,11 +213,13 @@ class Scheduler:
         reason: str = "",
         expected: bool = False,
         running: list[bytes] | None = None,
+        cause: str = "",
     ) -> None:
         """``expected``: the worker was stopped on purpose, so its tasks are not suspects.
         Otherwise only the tasks ``running`` there (key texts, see core/blame.py) are;
         None: unknown, every task sent there is. ``running_source`` (the nanny's
-        reading of a worker process's slots) is asked when ``running`` is not given."""
+        reading of a worker process's slots) is asked when ``running`` is not given.
+        ``cause``: why it went, for the user (a task failing for this death says so)."""
         if self.worker_channels.pop(address, None) is None:
             return
         if not expected and running is None and self.running_source is not None:
@@ -208,6 +234,7 @@ class Scheduler:
                 self._stimulus("remove-worker"),
                 self.clock(),
                 None if running is None else tuple(running),
+                cause,
             )
         )
         self.plugins.call_all("remove_worker", self, address)
@@ -240,11 +267,18 @@ class Scheduler:
         for channel in self.worker_channels.values():
             channel.send([CodeSources(new)])
 
-    async def run_on_workers(self, fn: Any, workers: list[str] | None = None) -> dict:
-        """``client.run``: ``fn`` on each worker; exceptions are re-raised here."""
+    async def run_on_workers(
+        self,
+        fn: Any,
+        workers: list[str] | None = None,
+        timeout: float | None = None,
+        name: str = "",
+    ) -> dict:
+        """``client.run``: ``fn`` on each worker; exceptions are re-raised here, and a
+        worker that has not answered in ``timeout`` seconds raises RunTimeoutError
+        naming ``name`` (or ``fn``'s)."""
         addresses = workers if workers is not None else list(self.state.workers)
-        results = await asyncio.gather(*(self.data_source.run(a, fn) for a in addresses))
-        return dict(zip(addresses, results))
+        return await run_on(self.data_source, addresses, fn, timeout, name)
 
     def add_client(self, client_id: str, handler: ReportHandler) -> None:
         self.client_handlers[client_id] = handler
@@ -289,9 +323,35 @@ class Scheduler:
                 events.append(make(msg, address, now))
             elif type(msg) is Heartbeat:
                 self._heartbeat(address, msg)
+            elif type(msg) is MemoryStuck:
+                events.extend(self._memory_stuck(address, msg, now))
             else:
                 logger.warning("Scheduler ignored unknown message %r from %s", msg, address)
         self.handle(*events)
+
+    def _memory_stuck(self, address: str, msg: MemoryStuck, now: float) -> list:
+        """A worker restarts, stuck over its limit with values it could not spill: they
+        would be computed again, and it would be stuck again, for ever. Each of them is
+        counted; past ``allowed_failures`` restarts it fails with UnspillableMemoryError
+        (and its dependents with it), which says why and what to do."""
+        tasks = self.state.tasks
+        counts = self.unspillable_restarts
+        for key in [k for k in counts if k not in tasks]:  # forgotten since
+            del counts[key]
+        held = sum(nbytes for nbytes, _ in msg.unspillable.values())
+        events = []
+        for key, (_, why) in msg.unspillable.items():
+            ts = tasks.get(key)
+            if ts is None or ts.state != "memory":
+                continue
+            n = counts[key] = counts.get(key, 0) + 1
+            if n <= self.state.allowed_failures:
+                continue
+            del counts[key]
+            error = UnspillableMemoryError(key, address, why, held, msg.limit, n)
+            packed = pack_exception(error, None)[0]
+            events.append(ResultSerializationFailed(key, address, packed, str(error), "", now))
+        return events
 
     # -- the door into the state machine, and routing ---------------------------------
 
@@ -353,6 +413,8 @@ class Scheduler:
         info["spilled"] = msg.spilled
         info["executing"] = msg.executing
         info["ready"] = msg.ready
+        process, managed, _ = self.memory_totals()
+        self.unmanaged_window.add(self.clock(), max(0, process - managed))
         metrics = msg.metrics
         if metrics:
             self.add_worker_metrics(metrics)
@@ -363,6 +425,25 @@ class Scheduler:
         if channel is not None:
             # the worker halves the round trip to learn how far its clock is from ours
             channel.send([HeartbeatReply(msg.sent, self.clock())])
+
+    def memory_totals(self) -> tuple[int, int, int]:
+        """The cluster's memory as the last heartbeats told it: process memory (each
+        process once: embedded workers share the kernel's), managed and spilled bytes."""
+        rss_by_pid: dict[object, int] = {}
+        managed = spilled = 0
+        for address, info in self.worker_info.items():
+            rss_by_pid[info.get("pid") or address] = int(info.get("memory", 0))
+            managed += int(info.get("managed", 0))
+            spilled += int(info.get("spilled", 0))
+        return sum(rss_by_pid.values()), managed, spilled
+
+    def unmanaged_old(self) -> int:
+        """The least unmanaged memory of the last ``unmanaged_window.window`` seconds
+        of heartbeats (Dask's ``unmanaged_old``): the part that is not a passing spike."""
+        process, managed, _ = self.memory_totals()
+        now_unmanaged = max(0, process - managed)
+        oldest = self.unmanaged_window.minimum(self.clock())
+        return now_unmanaged if oldest is None else int(min(oldest, now_unmanaged))
 
     async def refresh_metrics(self, timeout: float = 2.0) -> None:
         """Ask every worker for a heartbeat now, so the metrics include the last moment.

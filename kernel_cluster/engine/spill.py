@@ -49,6 +49,9 @@ class SpillBuffer(MutableMapping):
         self.disk_bytes = 0  # compressed, on disk
         self._lock = threading.RLock()
         self._write_failed = False  # warned once about a failed disk write
+        # key -> why its value does not pickle: it stays in memory, and is not tried
+        # again (a worker stuck over its limit names these, memory_monitor.py)
+        self.unspillable: dict[Key, str] = {}
         self.storing: Key | None = None  # whose value is being stored (for attribution)
         # entered around a spill that storing a value causes where no metrics scope
         # listens (the worker storing a task's result): the worker charges that task
@@ -161,7 +164,7 @@ class SpillBuffer(MutableMapping):
             for key in list(self.fast):
                 if self.fast_bytes <= target:
                     break
-                if key == keep:
+                if key == keep or key in self.unspillable:
                     continue
                 size = self.fast_sizes[key]
                 if self._write(key, self.fast[key], size):
@@ -176,8 +179,9 @@ class SpillBuffer(MutableMapping):
             with context_meter.meter("serialize"):
                 frames: list[pickle.PickleBuffer] = []
                 header = cloudpickle.dumps(value, protocol=5, buffer_callback=frames.append)
-        except Exception:
-            return False  # unpicklable values stay in memory
+        except Exception as exc:  # unpicklable values stay in memory
+            self.unspillable[key] = f"{type(exc).__name__}: {exc}"
+            return False
         with context_meter.meter("compress"):
             parts = [header, *(f.raw() for f in frames)]
             blob = [lz4.frame.compress(p) for p in parts]
@@ -230,6 +234,7 @@ class SpillBuffer(MutableMapping):
             return pickle.loads(parts[0], buffers=[bytearray(p) for p in parts[1:]])
 
     def _discard(self, key: Key) -> None:
+        self.unspillable.pop(key, None)
         if key in self.fast:
             del self.fast[key]
             self.fast_bytes -= self.fast_sizes.pop(key)
@@ -260,5 +265,6 @@ class SpillBuffer(MutableMapping):
             self.fast.clear()
             self.fast_sizes.clear()
             self.slow.clear()
+            self.unspillable.clear()
             self.fast_bytes = self.slow_bytes = self.disk_bytes = 0
             shutil.rmtree(self.directory, ignore_errors=True)

@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, ClassVar
 
-from .plugins import SchedulerPlugin
+from .plugins import SchedulerPlugin, startstop_dicts
 
 
 class TaskStreamPlugin(SchedulerPlugin):
     name = "task-stream"
     transitions: ClassVar = frozenset({("processing", "memory"), ("processing", "erred")})
+    raw_startstops: ClassVar = True
 
     def __init__(self, maxlen: int = 100_000):
         # raw tuples (see _FIELDS), turned into dicts only when somebody reads them:
@@ -86,13 +87,5 @@ _FIELDS = ("index", "key", "prefix", "span_id", "worker", "thread", "status", "n
 
 def _record(raw: tuple) -> dict:
     out = dict(zip(_FIELDS, raw))
-    out["startstops"] = [_startstop(ss) for ss in raw[8]]
-    return out
-
-
-def _startstop(ss: tuple) -> dict:
-    action, start, stop, *rest = ss
-    out = {"action": action, "start": start, "stop": stop}
-    if action == "transfer" and rest:
-        out["source"] = rest[0]
+    out["startstops"] = startstop_dicts(raw[8])
     return out

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,11 +26,16 @@ from .comm import (
     CommClosedError,
     CommError,
     MessageTooLargeError,
+    Pickled,
     ProtocolError,
+    SerializationError,
+    SerializationTimeout,
     connect,
     listen,
+    unpickle,
 )
 from .execute import pack_exception
+from .offload import Offloader, run_here
 from .wire import (
     DataReply,
     GetData,
@@ -178,22 +185,38 @@ class ConnectionPool:
 
 
 class UnserializableResults(Exception):
-    """Some requested values could not be sent; ``data`` holds the ones that could."""
+    """Some requested values could not be had; ``data`` holds the ones that could.
 
-    def __init__(self, peer: str, data: dict, nbytes: dict, errors: dict):
+    ``errors``: key -> (pickled exception, text), for values the peer could not send
+    (it told the scheduler) and for those that could not be rebuilt here (``here``:
+    the reader tells the scheduler, so that each fails once, with its error).
+    """
+
+    def __init__(
+        self, peer: str, data: dict, nbytes: dict, errors: dict, here: frozenset = frozenset()
+    ):
         self.peer = peer
         self.data = data
         self.nbytes = nbytes
-        self.errors = errors  # key -> (pickled exception, text)
+        self.errors = errors
+        self.here = here
         super().__init__(f"{len(errors)} results on {peer} cannot be serialised")
 
 
 class RemoteData:
-    """Reads values from worker processes: the scheduler's and workers' data source."""
+    """Reads values from worker processes: the scheduler's and workers' data source.
 
-    def __init__(self, pool: ConnectionPool, who: str = "scheduler"):
+    Each value arrives pickled on its own (``Pickled``) and is unpickled by
+    ``offloader``, off the event loop and within its time limit (None: here, on the
+    loop); one that fails to load is an error for its key alone.
+    """
+
+    def __init__(
+        self, pool: ConnectionPool, who: str = "scheduler", offloader: Offloader | None = None
+    ):
         self.pool = pool
         self.who = who
+        self.offloader = offloader
 
     async def get_data(
         self, peer: str, keys: list[Key], stats: dict | None = None, who: str | None = None
@@ -228,9 +251,43 @@ class RemoteData:
             todo = more
         if stats is not None:
             stats["bytes_read"] = bytes_read
+        here = await self._unpickle(peer, data, nbytes, errors)
         if errors:
-            raise UnserializableResults(peer, data, nbytes, errors)
+            raise UnserializableResults(peer, data, nbytes, errors, here)
         return data, nbytes
+
+    async def _unpickle(self, peer: str, data: dict, nbytes: dict, errors: dict) -> frozenset:
+        """Rebuild the values of ``data`` in place; those that fail go to ``errors``.
+        Returns the keys that failed here."""
+        keys = [key for key, value in data.items() if type(value) is Pickled]
+        if not keys:
+            return frozenset()
+
+        def what(key: Key) -> str:
+            return f"the result of task {key!r}, sent by {peer} to {self.who}"
+
+        def load(key: Key) -> Any:
+            return unpickle(data[key], what(key))
+
+        offloader = self.offloader
+        outcomes = run_here(load, keys) if offloader is None else await offloader.map(load, keys)
+        failed = []
+        for key, (ok, out) in zip(keys, outcomes, strict=True):
+            if ok:
+                data[key] = out
+                continue
+            if isinstance(out, TimeoutError):
+                seconds = offloader.limit if offloader is not None else 0.0
+                out = SerializationTimeout(what(key), "pickle", seconds, receiving=True)
+            elif not isinstance(out, SerializationError):
+                out = SerializationError(
+                    what(key), "pickle", f"{type(out).__name__}: {out}", receiving=True
+                )
+            errors[key] = (pack_exception(out, None)[0], str(out))
+            del data[key]
+            nbytes.pop(key, None)
+            failed.append(key)
+        return frozenset(failed)
 
 
 class SchedulerServer:
@@ -244,20 +301,25 @@ class SchedulerServer:
         death_timeout: float = 10.0,
         on_register: Callable[[str, RegisterWorker], None] | None = None,
         on_lost: Callable[[str], None] | None = None,
+        vouch: Callable[[str, float], bool] | None = None,
     ):
         """``on_lost(address)``: a worker's stream ended (it died, went silent for
         ``death_timeout``, or was found unreachable) and the scheduler removed it; the
-        nanny ends a process still running there."""
+        nanny ends a process still running there. ``vouch(address, seconds)``: whether
+        the silent worker's process showed signs of life within that many seconds
+        (the nanny reads its pulse, engine/pulse.py)."""
         self.scheduler = scheduler
         self.secret = secret
         self.death_timeout = death_timeout
         self.on_register = on_register
         self.on_lost = on_lost
+        self.vouch = vouch
         self._stopping = False
         self.address = ""
         self.listener: Any = None
         self._streams: dict[str, StreamChannel] = {}
         self._watchdog: asyncio.Task | None = None
+        self.watchdog_turns = 0  # checks for silent workers so far (tests count them)
 
     async def start(self, address: str = "tcp://127.0.0.1:0") -> None:
         self.listener = await listen(address, self._handle_comm, secret=self.secret)
@@ -338,19 +400,55 @@ class SchedulerServer:
         return on_unsendable
 
     async def _watch(self) -> None:
-        """A worker silent for ``death_timeout`` is treated as dead."""
+        """A worker silent for ``death_timeout`` is treated as dead, unless ``vouch``
+        says its process is alive (its loop is busy: a long ``client.run``, a stall).
+
+        Silence is counted in the time this loop itself ran: when the loop was stalled
+        (a slow callback, the kernel stopped), the heartbeats that arrived meanwhile
+        were not read, and the stall is not held against the workers.
+        """
+        interval = self.death_timeout / 4
+        last = time.monotonic()
+        # (scheduler clock when a stall was noticed, seconds it lasted): a silence
+        # that began before it is that much shorter; kept for two death timeouts
+        stalls: deque[tuple[float, float]] = deque()
+        vouched: set[str] = set()
         while True:
-            await asyncio.sleep(self.death_timeout / 4)
+            await asyncio.sleep(interval)
+            self.watchdog_turns += 1
+            tick = time.monotonic()
+            late = tick - last - interval
+            last = tick
             now = self.scheduler.clock()
+            if late > 0:
+                stalls.append((now, late))
+            while stalls and now - stalls[0][0] > 2 * self.death_timeout:
+                stalls.popleft()
             for address, stream in list(self._streams.items()):
                 info = self.scheduler.worker_info.get(address)
-                if info is not None and now - info["last_seen"] > self.death_timeout:
-                    logger.warning(
-                        "Worker %s sent no heartbeat for %.1f s; removing it",
-                        address,
-                        now - info["last_seen"],
-                    )
-                    stream.abort()
+                if info is None:
+                    continue
+                seen = info["last_seen"]
+                silent = now - seen - sum(d for at, d in stalls if at > seen)
+                if silent <= self.death_timeout:
+                    vouched.discard(address)
+                    continue
+                if self.vouch is not None and self.vouch(address, self.death_timeout):
+                    if address not in vouched:  # once per silence
+                        vouched.add(address)
+                        logger.warning(
+                            "Worker %s sent no heartbeat for %.1f s, but its process is "
+                            "alive: its event loop is busy (a long client.run function, "
+                            "or a large value); keeping it",
+                            address,
+                            silent,
+                        )
+                    continue
+                vouched.discard(address)
+                logger.warning(
+                    "Worker %s sent no heartbeat for %.1f s; removing it", address, silent
+                )
+                stream.abort()
 
     def close_worker_stream(self, address: str) -> None:
         stream = self._streams.get(address)

@@ -28,8 +28,16 @@ from ..core.keys import Key
 from ..core.metrics import MeterFrame, MetricsLedger
 from ..core.worker_messages import GatherDep, GatherDepFailed, GatherDepSucceeded
 from ..core.worker_state import WorkerState
-from .comm import MessageTooLargeError, SerializationError, check_serializable, dumps
+from .comm import (
+    MessageTooLargeError,
+    Pickled,
+    SerializationError,
+    SerializationTimeout,
+    dumps,
+    pickle_value,
+)
 from .execute import pack_exception
+from .offload import Offloader, run_here
 from .process_meter import context_meter
 from .spill import SpillBuffer
 from .tcp_workers import UnserializableResults
@@ -54,39 +62,44 @@ __all__ = ["LOGGED_KEYS", "PeerData", "PeerTransfers"]
 LOGGED_KEYS = 100
 
 
-def _identity(value: Any) -> Any:
-    return value
+def log_entry(
+    who: str, keys: dict, n_keys: int, total: int, compressed: int, start: float, stop: float
+) -> dict[str, Any]:
+    """One transfer log entry, with the fields of Dask's (``who``, ``start``, ``stop``,
+    ``middle``, ``duration``, ``bandwidth``, ``keys`` as ``{key: bytes}``, ``total``,
+    ``compressed``), ``peer`` (the same as ``who``, the name earlier versions used)
+    and ``n_keys`` (``keys`` names the first ``LOGGED_KEYS`` of them)."""
+    duration = max(0.001, stop - start)  # a transfer timed at 0 has no finite bandwidth
+    return {
+        "who": who,
+        "peer": who,
+        "start": start,
+        "stop": stop,
+        "middle": (start + stop) / 2,
+        "duration": duration,
+        "bandwidth": total / duration,
+        "keys": keys,
+        "n_keys": n_keys,
+        "total": total,
+        "compressed": compressed,
+    }
 
 
-class _Exact:
-    """A value to be pickled whole on its way to another process.
-
-    The comm layer encodes lists, tuples and dicts as msgpack structure, which
-    gives every list back as a tuple: a task's result must arrive as it was made.
-    Unpickles as the value itself, so the receiver has nothing to unwrap.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __reduce__(self) -> tuple:
-        return (_identity, (self.value,))
-
-
-def _exact(value: Any) -> Any:
-    # other builtins travel exactly; anything else is pickled by the comm layer anyway
-    return _Exact(value) if type(value) in (list, tuple, dict) else value
+_MISSING = object()
+# values of these types pickle without running any code of the user's: small ones are
+# pickled on the loop, saving the hand-over to the offload thread
+_PLAIN = frozenset({int, float, bool, complex, type(None)})
+_PLAIN_SIZED = frozenset({str, bytes})
+_PLAIN_MAX = 64 * 1024
 
 
 # room kept in a get-data reply for its body besides the values and keys
 _REPLY_HEADROOM = 64 * 1024
 
 
-def _wire_size(value: Any, compress: bool) -> int:
-    """Bytes ``value`` takes in a message (an upper bound without ``compress``)."""
-    return sum(memoryview(f).nbytes for f in dumps(value, compress=compress))
+def _wire_size(value: Any) -> int:
+    """Bytes ``value`` takes in a message (an upper bound: uncompressed)."""
+    return sum(memoryview(f).nbytes for f in dumps(value, compress=False))
 
 
 class PeerData(Protocol):
@@ -113,7 +126,10 @@ class PeerTransfers:
         handle: Callable[..., None],
         run_function: Callable[[Any], Awaitable[Any]],
         send_to_scheduler: Callable[[list], None],
+        offloader: Offloader | None = None,
     ) -> None:
+        """``offloader``: where the values sent to other processes are pickled (None:
+        on the loop, as embedded workers never pickle them)."""
         self.address = address  # who fetches, and in the log messages
         self.state = state
         self.data = data
@@ -123,9 +139,10 @@ class PeerTransfers:
         self.handle = handle
         self.run_function = run_function
         self.send_to_scheduler = send_to_scheduler
+        self.offloader = offloader
         self.fine_metrics = False  # the worker's setting: it sets this when it changes
-        # the latest transfers in and out (dicts of peer, keys, n_keys, total,
-        # compressed, start, stop): the performance report's bandwidth charts read them
+        # the latest transfers in and out (``log_entry``'s dicts): the performance
+        # report's bandwidth charts read them
         self.incoming_log: deque[dict] = deque(maxlen=log_length)
         self.outgoing_log: deque[dict] = deque(maxlen=log_length)
 
@@ -144,6 +161,12 @@ class PeerTransfers:
                 )
             except UnserializableResults as exc:  # those keys fail on the scheduler
                 data, nbytes = exc.data, exc.nbytes
+                # the sender told the scheduler of those it could not send; those that
+                # could not be rebuilt here are ours to tell: each fails once, with its
+                # error, rather than being fetched again and again
+                self.send_to_scheduler(
+                    [ResultUnsendable(key, *exc.errors[key]) for key in exc.here]
+                )
             except Exception as exc:
                 logger.warning(
                     "Worker %s could not fetch %d keys from %s: %s",
@@ -165,15 +188,15 @@ class PeerTransfers:
         total_bytes = sum(nbytes.values())
         if data:
             self.incoming_log.append(
-                {
-                    "peer": inst.worker,
-                    "keys": list(islice(data, LOGGED_KEYS)),
-                    "n_keys": len(data),
-                    "total": total_bytes,
-                    "compressed": stats.get("bytes_read", total_bytes),
-                    "start": start,
-                    "stop": stop,
-                }
+                log_entry(
+                    inst.worker,
+                    {key: nbytes.get(key, 0) for key in islice(data, LOGGED_KEYS)},
+                    len(data),
+                    total_bytes,
+                    stats.get("bytes_read", total_bytes),
+                    start,
+                    stop,
+                )
             )
         if self.fine_metrics:
             add = self.metrics.add
@@ -243,27 +266,87 @@ class PeerTransfers:
 
     async def _reply(self, comm: Any, msg: Any) -> int:
         start = self.now()
-        reply = await self.handle_request(msg)
         # the requester's limit, if lower than ours: over it, it would drop the comm
         limit = getattr(msg, "max_size", None)
         write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
+        if type(msg) is GetData:
+            limits = (limit, getattr(comm, "max_message_size", None))
+            reply = await self.data_reply(msg, min((x for x in limits if x), default=2**63))
+        else:
+            reply = await self.handle_request(msg)
         try:
             written = await write(encode(reply))
         except (SerializationError, MessageTooLargeError) as exc:  # nothing was sent
-            if type(reply) is not DataReply:
-                if isinstance(exc, SerializationError) or type(reply) is not RunResult:
-                    raise
-                # a client.run result too large to send: an error, not a broken comm
-                packed = pack_exception(exc, None)[0]
-                written = await write(encode(RequestFailed(packed)))
-                return 0
-            reply = self.drop_unserializable(reply)
-            if isinstance(exc, MessageTooLargeError):
-                reply = self.fit_reply(reply, exc.limit)
-            written = await write(encode(reply))
+            if isinstance(exc, SerializationError) or type(reply) is not RunResult:
+                raise
+            # a client.run result too large to send: an error, not a broken comm
+            packed = pack_exception(exc, None)[0]
+            written = await write(encode(RequestFailed(packed)))
+            return 0
         if type(reply) is not DataReply or not reply.data:
             return 0
         return self._log_sent(msg.who, reply.data, reply.nbytes, written, start)
+
+    async def data_reply(self, msg: GetData, limit: int) -> DataReply:
+        """The values of ``msg.keys`` this worker holds, each pickled on its own, off
+        the loop (``offloader``), and as many as fit under ``limit`` bytes.
+
+        A value that will not pickle, takes longer than the offloader's limit, or is
+        alone over ``limit`` fails its task (the scheduler is told); the rest go.
+        """
+        keys = list(msg.keys)
+        offloader = self.offloader
+        if offloader is None:
+            outcomes = run_here(self._read_pickled, keys)
+        else:
+            outcomes = await offloader.map(self._read_pickled, keys, inline=self._plain)
+        reply = DataReply({}, {})
+        tasks = self.state.tasks
+        for key, (ok, out) in zip(keys, outcomes, strict=True):
+            if ok:
+                if out is not None:  # None: not held (any more)
+                    reply.data[key] = out
+                    ts = tasks.get(key)
+                    reply.nbytes[key] = ts.nbytes if ts is not None else 0
+                continue
+            what = f"the result of task {key!r}"
+            if isinstance(out, TimeoutError):
+                seconds = offloader.limit if offloader is not None else 0.0
+                out = SerializationTimeout(what, self._type_of(key), seconds)
+            elif not isinstance(out, SerializationError):
+                out = SerializationError(what, self._type_of(key), f"{type(out).__name__}: {out}")
+            self._unsendable(reply, key, out)
+        return self.fit_reply(reply, limit)
+
+    def _read_pickled(self, key: Key) -> Pickled | None:
+        """The value of ``key`` pickled (on the offload thread), None if not held."""
+        data = self.data
+        if isinstance(data, SpillBuffer):
+            value = data.read_many([key]).get(key, _MISSING)
+        else:
+            value = data.get(key, _MISSING)
+        if value is _MISSING:
+            return None
+        return pickle_value(value, f"the result of task {key!r}")
+
+    def _in_memory(self, key: Key) -> Any:
+        data = self.data
+        store = data.fast if isinstance(data, SpillBuffer) else data
+        return store.get(key, _MISSING)
+
+    def _plain(self, key: Key) -> bool:
+        """Whether the value of ``key`` is in memory and pickles with no code of the
+        user's, quickly (a number, a short string)."""
+        value = self._in_memory(key)
+        t = type(value)
+        return t in _PLAIN or (t in _PLAIN_SIZED and len(value) < _PLAIN_MAX)
+
+    def _type_of(self, key: Key) -> str:
+        value = self._in_memory(key)
+        if value is _MISSING:
+            return "unknown"
+        t = type(value)
+        return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
     def send_data(self, keys: list[Key], who: str) -> tuple[dict, dict]:
         """``get_data`` for a reader in this process (an embedded peer, or the kernel's
@@ -280,25 +363,21 @@ class PeerTransfers:
         """Record one transfer out (``written``: bytes on the wire); returns its bytes."""
         total = sum(nbytes.get(key, 0) for key in data)
         self.outgoing_log.append(
-            {
-                "peer": who,
-                "keys": list(islice(data, LOGGED_KEYS)),
-                "n_keys": len(data),
-                "total": total,
-                "compressed": total if written is None else written,
-                "start": start,
-                "stop": self.now(),
-            }
+            log_entry(
+                who,
+                {key: nbytes.get(key, 0) for key in islice(data, LOGGED_KEYS)},
+                len(data),
+                total,
+                total if written is None else written,
+                start,
+                self.now(),
+            )
         )
         return total
 
     async def handle_request(self, msg: Any) -> Any:
-        """A peer's (or the kernel's) request on a request/reply connection."""
+        """A peer's (or the kernel's) request other than get-data (``data_reply``)."""
         t = type(msg)
-        if t is GetData:  # logged once sent (_reply)
-            data, nbytes = self.get_data(list(msg.keys), msg.who)
-            data = {key: _exact(value) for key, value in data.items()}
-            return DataReply(data, nbytes)
         if t is Run:
             try:
                 fn = cloudpickle.loads(msg.function)
@@ -310,35 +389,22 @@ class PeerTransfers:
         error = ValueError(f"{getattr(msg, 'op', msg)!r} is not a request a worker answers")
         return RequestFailed(pack_exception(error, None)[0])
 
-    def drop_unserializable(self, reply: DataReply) -> DataReply:
-        """A get-data reply whose values would not pickle: send the rest, report the bad.
-
-        The scheduler marks each bad key erred, so the task fails rather than hangs.
-        """
-        for key, value in list(reply.data.items()):
-            try:
-                check_serializable(value, f"the result of task {key!r}")
-            except SerializationError as exc:
-                self._unsendable(reply, key, exc)
-        return reply
-
     def fit_reply(self, reply: DataReply, limit: int) -> DataReply:
-        """A get-data reply over the message size limit: as many values as fit.
+        """As many values of a get-data reply as fit in a message of ``limit`` bytes.
 
         Keys left out are listed in ``more`` for the requester to ask again (see
         ``RemoteData.get_data``); a value that alone is over the limit fails its
-        task, with an error naming its size and the limit. Runs only on replies
-        over the limit, so measuring each value (serialising it) is affordable.
+        task, with an error naming its size and the limit.
         """
+        sizes = {key: value.nbytes for key, value in reply.data.items()}
+        if sum(sizes.values()) + _REPLY_HEADROOM + 64 * len(sizes) < limit // 2:
+            return reply  # far under: no need to count the keys' bytes
         # the body names each key up to twice (data or more, and nbytes)
-        keys_size = 2 * _wire_size(list(reply.data), compress=False)
+        keys_size = 2 * _wire_size(list(reply.data))
         budget = max(limit // 2, limit - _REPLY_HEADROOM - keys_size)
-        used = 0
+        used = sum(len(payload) + len(text) for payload, text in reply.errors.values())
         more = []
-        for key, value in list(reply.data.items()):
-            size = _wire_size(value, compress=False)
-            if size > budget:  # compression might bring it under
-                size = _wire_size(value, compress=True)
+        for key, size in sizes.items():
             if size > budget:
                 error = MessageTooLargeError(f"the result of task {key!r}", size, limit)
                 used += self._unsendable(reply, key, error)
@@ -358,7 +424,7 @@ class PeerTransfers:
         """
         payload, _ = pack_exception(exc, None)
         reply.errors[key] = (payload, str(exc))
-        del reply.data[key]
+        reply.data.pop(key, None)
         reply.nbytes.pop(key, None)
         self.send_to_scheduler([ResultUnsendable(key, payload, str(exc))])
         return len(payload) + len(str(exc))

@@ -110,6 +110,18 @@ class ResultUnsendable:
     exception_text: str = ""
 
 
+@dataclass(slots=True)
+class MemoryStuck:
+    """The worker gives up over its memory limit (it restarts): ``unspillable`` names
+    the values it holds that could not be spilled, key -> (bytes, why), so that the
+    scheduler can fail them once restarting does not help (``allowed_failures``)."""
+
+    op: ClassVar[str] = "memory-stuck"
+    unspillable: dict
+    memory: int = 0
+    limit: int = 0
+
+
 # -- scheduler -> worker (besides the scheduler state machine's instructions) --------
 
 
@@ -230,6 +242,7 @@ MESSAGES: tuple[type, ...] = (
     Heartbeat,
     WorkerPaused,
     ResultUnsendable,
+    MemoryStuck,
     # registration
     RegisterWorker,
     Registered,

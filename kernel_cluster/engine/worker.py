@@ -53,6 +53,7 @@ from .execute import TaskRunner, pack_exception, run_task_unmetered
 from .memory_monitor import MemoryMonitor
 from .pool import TaskThreadPool
 from .process_meter import context_meter
+from .pulse import Pulse
 from .slots import RunningSlots
 from .spill import SpillBuffer
 from .stack_sampler import StackSampler
@@ -136,6 +137,8 @@ class Worker:
         # a worker process's record of what each task thread runs, read by its nanny
         # after a death to blame the right tasks (engine/slots.py); None when embedded
         self.slots: RunningSlots | None = None
+        # a worker process's proof of life while its loop is busy (engine/pulse.py)
+        self.pulse: Pulse | None = None
         # key -> the task the thread running it may run next (ExecuteAfter). The thread
         # takes an offer by popping it when the key ends; an offer it missed (made just
         # after) is dropped when the loop handles the key's outcome, and the task is
@@ -323,6 +326,8 @@ class Worker:
     async def heartbeat_loop(self, interval: float) -> None:
         while not self._closed:
             self.heartbeat()
+            if self.pulse is not None:
+                self.pulse.loop_turned()
             await asyncio.sleep(interval)
 
     def start_periodic(self) -> None:

@@ -15,6 +15,8 @@ import time
 
 from .comm import Comm, CommError, connect, listen
 from .config import WorkerConfig
+from .offload import Offloader
+from .pulse import Pulse
 from .slots import RunningSlots
 from .tcp_workers import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .wire import Registered, RegisterWorker, decode, decode_batch, encode
@@ -50,16 +52,30 @@ async def serve(
 
     listener = await listen(listen_address, handle_peer, secret=secret)
     pool = ConnectionPool(secret)
+    # values sent to peers are pickled, and those received unpickled, off the loop
+    name = config.name or listener.address
+    pickling = Offloader(f"{name}-pickle", config.serialize_timeout)
+    unpickling = Offloader(f"{name}-unpickle", config.serialize_timeout)
     worker = Worker(
         address=listener.address,
         loop=loop,
-        peers=RemoteData(pool, who=listener.address),
+        peers=RemoteData(pool, who=listener.address, offloader=unpickling),
         config=config if config.name else config.replace(name=listener.address),
         clock=time.time,
         in_process=False,
     )
+    worker.transfers.offloader = pickling
+    pulse: Pulse | None = None
     if config.local_directory:
         worker.slots = RunningSlots(config.local_directory, worker.pool.idents)
+        # alive while the loop is busy: the nanny reads it for a silent worker
+        pulse = worker.pulse = Pulse(
+            config.local_directory,
+            interval=config.heartbeat_interval,
+            stuck_seconds=config.loop_stuck_seconds,
+            name=worker.name,
+        )
+        pulse.start()
     comm = await connect(scheduler_address, secret=secret)
     try:
         limit = getattr(comm, "max_message_size", None)
@@ -75,11 +91,13 @@ async def serve(
         adopt_lower_limit(comm, reply.max_message_size)
         stream = StreamChannel(comm)
         exit_code = 0
+        closing: set[asyncio.Task] = set()
 
         def give_up() -> None:  # stuck over its memory limit: its nanny starts a new one
             nonlocal exit_code
             exit_code = MEMORY_STUCK_EXIT
-            comm.abort()
+            # what it last told the scheduler (the values it could not spill) goes first
+            closing.add(loop.create_task(_close_then_abort(stream, comm)))
 
         worker.memory.on_stuck = give_up
         worker.connect(stream)
@@ -97,8 +115,18 @@ async def serve(
     finally:
         comm.abort()
         await worker.stop_tasks()  # none of its tasks outlives it (if it failed early)
+        if pulse is not None:
+            pulse.stop()
         await listener.stop()
         await pool.close()
+        pickling.close(0)
+        unpickling.close(0)
         with contextlib.suppress(Exception):
             worker.close()
     return exit_code
+
+
+async def _close_then_abort(stream: StreamChannel, comm: Comm, timeout: float = 2.0) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stream.close(), timeout)
+    comm.abort()

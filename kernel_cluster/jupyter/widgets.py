@@ -33,7 +33,7 @@ import anywidget
 import traitlets
 
 from ..diagnostics.attach import source_of
-from ..diagnostics.source import Diagnosable
+from ..diagnostics.source import Diagnosable, WouldBlock
 from .publisher import Poller, Publisher
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,11 @@ class _LiveWidget(anywidget.AnyWidget):
         self._poller: Poller | None = None
         self._closed = False
         if autostart:
-            self.publisher.tick(force=True)
+            try:
+                self.publisher.tick(force=True)
+            except WouldBlock:  # an asynchronous Dask client's loop runs this cell:
+                pass  # the poller's thread reads instead
+
             self._poller = Poller(
                 self.publisher,
                 interval,

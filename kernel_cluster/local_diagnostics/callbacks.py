@@ -32,6 +32,7 @@ from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from ..core.keys import Key
+from ..core.user_frames import user_stacklevel
 
 logger = logging.getLogger(__name__)
 
@@ -186,9 +187,12 @@ def _warn_dask_callbacks(active: Any) -> None:
     """Dask's own callbacks fire only in dask's local schedulers: one kept from a
     dask script (``from dask.diagnostics import ProgressBar``) would show nothing
     here, silently. Say so, naming ours."""
+    dask_callback = sys.modules["dask.callbacks"].Callback
     names = set()
     for hooks in list(active):
-        owner = next((getattr(h, "__self__", None) for h in hooks if h is not None), None)
+        # a subclass's hooks are its bound methods; Callback(pretask=f) holds plain f
+        owners = (getattr(h, "__self__", None) for h in hooks if h is not None)
+        owner = next((o for o in owners if isinstance(o, dask_callback)), None)
         names.add(type(owner).__name__ if owner is not None else "Callback")
     for name in sorted(names):
         ours = name if name in _OURS else "Callback"
@@ -197,7 +201,7 @@ def _warn_dask_callbacks(active: Any) -> None:
             f"schedulers, not this computation; use kernel_cluster.diagnostics.{ours} "
             "instead (the same API).",
             UserWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
 
 

@@ -151,3 +151,14 @@ def test_merge_counts_overlapping_time_once_and_skips_gaps(tree):
     merged = Span.merge(a, b, c)
     assert merged.active_cpu_seconds == 4 * (3.0 + 1.0)
     assert merged.stop == 11.0
+
+
+def test_a_span_never_starts_before_it_was_enqueued(tree):
+    """A worker process's start time, moved by an estimated clock offset, can land
+    microseconds before the scheduler enqueued the span; the span's start is not."""
+    span = tree.observe(ann(("load", "l1")), time=10.0)
+    g = group(span, "inc", memory=1)
+    g.start, g.stop = 9.9999, 10.5
+    assert span.start == 10.0 <= span.stop
+    g.start = 10.2
+    assert span.start == 10.2

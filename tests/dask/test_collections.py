@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 from dask._task_spec import Task, TaskRef  # noqa: E402
 from dask.utils import key_split as dask_key_split  # noqa: E402
 
-from kernel_cluster import span  # noqa: E402
+from kernel_cluster import get_task_stream, span  # noqa: E402
 from kernel_cluster.client import dask_graphs  # noqa: E402
 from kernel_cluster.client.futures import Future  # noqa: E402
 from kernel_cluster.core.spec import GraphError  # noqa: E402
@@ -141,7 +141,7 @@ def test_config_set_compute_and_persist(client):
 def test_prefixes_are_dasks_in_fine_metrics_and_the_task_stream(client):
     x = da.random.random((400, 400), chunks=(100, 100))
     expr = (x @ x.T).sum()
-    with client.get_task_stream() as ts, span("dask-matmul"):
+    with get_task_stream(client) as ts, span("dask-matmul"):
         expr.compute(scheduler=client, optimize_graph=False)
     stream_prefixes = {r["prefix"] for r in ts.data}
     expected = {dask_key_split(r["key"]) for r in ts.data}
@@ -186,7 +186,7 @@ def test_annotations_workers_and_ignored_ones(client, cluster):
     with dask.annotate(workers=[workers[1]]):
         parts = [dask.delayed(count)([i] * i) for i in range(8)]
     result = dask.delayed(total)(*parts)
-    with client.get_task_stream() as ts:
+    with get_task_stream(client) as ts:
         assert result.compute(scheduler=client, optimize_graph=False) == sum(range(8))
     ran = {r["key"]: r["worker"] for r in ts.data}
     assert {ran[p.key] for p in parts} == {workers[1]}
@@ -235,7 +235,7 @@ def test_a_high_level_graph_keeps_its_layers_annotations(client):
     assert graph.annotations and all(
         a == {"workers": (worker,), "retries": 1} for a in graph.annotations.values()
     )
-    with client.get_task_stream() as ts:
+    with get_task_stream(client) as ts:
         parts = client.get(x.__dask_graph__(), list(x.__dask_keys__()))
     np.testing.assert_array_equal(np.concatenate(parts), np.full(10, 2.0))
     assert {r["worker"] for r in ts.data} == {worker}
@@ -284,7 +284,7 @@ def test_compute_and_persist_act_on_their_keywords(client, tmp_path):
     assert client.compute([x.sum(), x.max()], sync=True) == [780, 39]
 
     workers = sorted(client.scheduler_info()["workers"])
-    with client.get_task_stream() as ts:
+    with get_task_stream(client) as ts:
         y = client.persist(x + 1, workers=workers[1])
         assert client.compute(y.sum(), workers=[workers[1]], sync=True) == 820
     assert ts.data and {r["worker"] for r in ts.data} == {workers[1]}

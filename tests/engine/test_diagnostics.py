@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernel_cluster import Client, KernelCluster, MemorySampler, SchedulerPlugin
+from kernel_cluster import Client, KernelCluster, MemorySampler, SchedulerPlugin, get_task_stream
 from kernel_cluster.client.futures import wait
 from kernel_cluster.engine.task_stream_plugin import TaskStreamPlugin
 
@@ -42,7 +42,7 @@ def dclient():
 
 def test_ten_maps_and_a_sum_give_exactly_eleven_records(dclient):
     dclient.submit(inc, -1).result()  # before the block: not recorded
-    with dclient.get_task_stream() as ts:
+    with get_task_stream(dclient) as ts:
         total = dclient.submit(sum, dclient.map(inc, range(10))).result()
     assert total == 55
     assert len(ts.data) == 11
@@ -56,7 +56,7 @@ def test_ten_maps_and_a_sum_give_exactly_eleven_records(dclient):
 
 
 def test_erred_tasks_are_recorded_as_erred(dclient):
-    with dclient.get_task_stream() as ts:
+    with get_task_stream(dclient) as ts:
         f = dclient.submit(fails, 1)
         g = dclient.submit(inc, f)  # never runs: not in the stream
         with pytest.raises(ValueError):
@@ -65,7 +65,7 @@ def test_erred_tasks_are_recorded_as_erred(dclient):
 
 
 def test_two_threads_have_distinct_ids_and_overlap(dclient):
-    with dclient.get_task_stream() as ts:
+    with get_task_stream(dclient) as ts:
         dclient.gather(dclient.map(slow, [1, 2]))
     a, b = ts.data
     assert a["thread"] != b["thread"]
@@ -126,14 +126,14 @@ def test_transfers_and_disk_are_in_the_stream():
         a, b = sorted(client.scheduler_info()["workers"])
         x = client.submit(np.arange, 100_000, workers=[a])
         x.result()
-        with client.get_task_stream() as ts:
+        with get_task_stream(client) as ts:
             assert client.submit(np.sum, x, workers=[b]).result() == np.arange(100_000).sum()
         (record,) = ts.data
         transfer = next(ss for ss in record["startstops"] if ss["action"] == "transfer")
         assert transfer["source"] == a and transfer["start"] <= transfer["stop"]
     with KernelCluster(n_workers=1, threads_per_worker=1, memory_limit="20 MB") as cluster, \
             Client(cluster) as client:  # fmt: skip
-        with client.get_task_stream() as ts:
+        with get_task_stream(client) as ts:
             arrays = client.map(np.ones, [1_000_000] * 6, pure=False)
             wait(arrays)  # all made (most spilled) before they are read back
             client.gather(client.map(np.sum, arrays))
@@ -245,6 +245,6 @@ def test_sampler_uses_the_latest_client_by_default(dclient):
 
 
 def test_dict_graph_and_stream_agree(dclient):
-    with dclient.get_task_stream() as ts:
+    with get_task_stream(dclient) as ts:
         assert dclient.get({"a": (add, 1, 2), "b": (add, "a", 3)}, "b") == 6
     assert sorted(r["key"] for r in ts.data) == ["a", "b"]

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from kernel_cluster import Client, KernelCluster, context_meter
+from kernel_cluster import Client, KernelCluster, context_meter, get_task_stream
 from kernel_cluster.client.futures import wait
 
 from .helpers import wait_for
@@ -365,7 +365,7 @@ def test_execute_seconds_add_up_to_wall_time_times_threads(processes):
             (python_loop, [300_000] * 6),
             (sleeper, range(100, 103)),  # one thread idles here
         ]:
-            with client.get_task_stream() as ts:
+            with get_task_stream(client) as ts:
                 client.gather(client.map(fn, args, pure=False))
             busy += busy_thread_seconds(ts.data)
         measured = seconds_total(client) - baseline

@@ -73,6 +73,18 @@ def thread_settings():
     return {name: os.environ.get(name) for name in names}
 
 
+def malloc_trim_threshold():
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+def test_workers_give_freed_memory_back_unless_the_user_says(pclient, monkeypatch):
+    expected = os.environ.get("MALLOC_TRIM_THRESHOLD_", "65536")
+    assert set(pclient.run(malloc_trim_threshold).values()) == {expected}
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    with KernelCluster(n_workers=1, processes=True) as cluster, Client(cluster) as client:
+        assert list(client.run(malloc_trim_threshold).values()) == ["131072"]
+
+
 def test_numeric_libraries_use_one_thread_unless_the_user_says(pclient, monkeypatch):
     expected = {name: os.environ.get(name, "1") for name in thread_settings()}
     workers = pclient.run(thread_settings)

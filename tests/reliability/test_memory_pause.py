@@ -44,8 +44,15 @@ def small_cluster() -> Iterator[KernelCluster]:
     module = sys.modules[__name__]
     cloudpickle.register_pickle_by_value(module)
     try:
+        # a limit this small is half the worker's own memory: past the terminate
+        # fraction its nanny would end it (tested in test_memory_limits.py); here the
+        # workers are to pause, spill and recover by themselves
         with KernelCluster(
-            processes=True, n_workers=2, threads_per_worker=1, memory_limit="100MB"
+            processes=True,
+            n_workers=2,
+            threads_per_worker=1,
+            memory_limit="100MB",
+            memory_terminate_fraction=0,
         ) as cluster:
             yield cluster
     finally:

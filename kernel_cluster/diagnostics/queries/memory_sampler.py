@@ -21,7 +21,17 @@ from ..attach import source_of
 from ..periodic import PeriodicThread
 from ..source import Diagnosable
 
-MEASURES = ("process", "managed", "unmanaged", "spilled")
+# what Dask's MemorySampler measures (distributed.scheduler.MemoryState), same meanings
+MEASURES = (
+    "process",
+    "managed",
+    "managed_total",
+    "unmanaged",
+    "unmanaged_old",
+    "unmanaged_recent",
+    "optimistic",
+    "spilled",
+)
 
 
 class PlainMemorySampler:
@@ -38,9 +48,13 @@ class PlainMemorySampler:
     ) -> Periodic:
         """A context manager (``with`` or ``async with``) recording ``measure`` in bytes.
 
-        ``measure``: ``process`` (each worker process's memory, counted once),
-        ``managed`` (results held in memory), ``unmanaged`` (process minus managed),
-        ``spilled`` (results moved to disk).
+        ``measure``, as Dask's: ``process`` (each worker process's memory, counted
+        once), ``managed`` (results held in memory), ``managed_total`` (managed plus
+        spilled), ``unmanaged`` (process minus managed), ``unmanaged_old`` (the least
+        unmanaged memory of the last 30 s of heartbeats), ``unmanaged_recent``
+        (unmanaged minus unmanaged_old), ``optimistic`` (managed plus unmanaged_old),
+        ``spilled`` (results moved to disk: their size in memory, as the engine
+        measures it, where Dask counts the bytes on disk).
         """
         if measure not in MEASURES:
             raise ValueError(f"measure={measure!r}: use one of {', '.join(MEASURES)}.")
@@ -72,7 +86,8 @@ class PlainMemorySampler:
     def to_pandas(self, *, align: bool = False) -> Any:
         """One column per label. ``align=False``: a DatetimeIndex of absolute times.
         ``align=True``: a TimedeltaIndex from each series' own first sample, so runs
-        can be compared side by side (no values after a series ends)."""
+        can be compared side by side. Where series interleave, each one's value is
+        carried forward between its samples (no NaN gaps), but not past its last."""
         import pandas as pd
 
         columns = {}
@@ -87,11 +102,15 @@ class PlainMemorySampler:
             else:
                 index = pd.to_datetime(times, unit="s")
             columns[label] = pd.Series(values, index=index)
-        frame = pd.DataFrame(columns)
-        return frame.sort_index()
+        frame = pd.DataFrame(columns).sort_index()
+        if len(columns) > 1:  # a gap is a time another series was sampled at
+            frame = frame.ffill().where(frame.bfill().notna())
+        return frame
 
     def plot(self, *, align: bool = False, **kwargs: Any) -> Any:
-        """The samples as a line chart (pandas plotting); ``kwargs`` go to ``DataFrame.plot``.
+        """The samples as a line chart in GiB, resampled to one point a second (to
+        the millisecond if all of it fits in one second), as Dask's; ``kwargs``
+        (``kind=``, ``title=``...) go to ``DataFrame.plot``.
         ``kernel_cluster.MemorySampler`` draws an interactive bqplot chart in a notebook."""
         import pandas as pd
 
@@ -104,10 +123,20 @@ class PlainMemorySampler:
                 "`pip install matplotlib`, or in a notebook use plot(backend='bqplot') "
                 "(needs bqplot); to_pandas() gives the samples as a table without either."
             ) from exc
+        return self.resampled(align=align).plot(
+            **{"xlabel": "time", "ylabel": "Cluster memory (GiB)", **kwargs}
+        )
+
+    def resampled(self, *, align: bool = False) -> Any:
+        """What ``plot`` draws: ``to_pandas(align=align)`` at one row a second (the
+        nearest sample), in GiB."""
         frame = self.to_pandas(align=align)
-        if align:
-            frame.index = frame.index.total_seconds()
-        return frame.plot(**{"ylabel": "bytes", **kwargs})
+        if frame.empty:
+            return frame
+        out = frame.resample("1s").nearest()
+        if len(out) == 1:  # all within a second: one point draws no line
+            out = frame.resample("1ms").nearest()
+        return out / 2**30
 
 
 class Periodic:

@@ -435,16 +435,23 @@ class ViewsPlugin(SchedulerPlugin):
             "tasks": len(self.scheduler.tasks),
         }
 
-    async def memory(self) -> tuple[int, int, int]:
-        """(process, managed, spilled) bytes, each process counted once."""
+    async def memory(self) -> tuple[int, int, int, int]:
+        """(process, managed, spilled, unmanaged_old) bytes, each process counted once
+        (``unmanaged_old``: Dask's, each process's once)."""
         by_process: dict[Any, int] = {}
+        old_by_process: dict[Any, int] = {}
         managed = spilled = 0
         for address, ws in self.scheduler.workers.items():
             metrics = ws.metrics or {}
-            by_process[(ws.host, ws.pid) if ws.pid else address] = int(metrics.get("memory") or 0)
+            process = (ws.host, ws.pid) if ws.pid else address
+            by_process[process] = int(metrics.get("memory") or 0)
+            try:
+                old_by_process[process] = int(ws.memory.unmanaged_old)
+            except AttributeError:  # an older distributed
+                pass
             managed += int(ws.nbytes)
             spilled += int((metrics.get("spilled_bytes") or {}).get("disk") or 0)
-        return sum(by_process.values()), managed, spilled
+        return sum(by_process.values()), managed, spilled, sum(old_by_process.values())
 
     async def stream_index(self) -> int:
         return self.index

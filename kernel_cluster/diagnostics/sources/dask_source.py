@@ -64,6 +64,7 @@ Mapping Dask's data to the protocol, and where they differ:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 import socket
@@ -90,6 +91,7 @@ from ..snapshots import (
     TransferLogs,
     WorkerInfo,
 )
+from ..source import WouldBlock
 from . import dask_plugin
 
 T = TypeVar("T")
@@ -163,12 +165,9 @@ class DaskSource:
     ``distributed.Client``). ``timeout``: seconds one read may take."""
 
     def __init__(self, client: Any, timeout: float = DEFAULT_TIMEOUT) -> None:
-        if getattr(client, "asynchronous", False):
-            raise TypeError(
-                "The views read a Dask cluster from their own threads and need a "
-                "synchronous distributed.Client: make another one, Client(address), "
-                "for them (asynchronous=False, the default)."
-            )
+        """An asynchronous ``client`` is read from other threads than its loop's (the
+        views' own, ``async with MemorySampler().sample(...)``'s); a read on its loop
+        raises ``WouldBlock``."""
         self.client = client
         self.timeout = timeout
         self._address = _address_of(client)  # kept for the errors once it is closed
@@ -180,9 +179,27 @@ class DaskSource:
         self._installed = False
         self._kind: SourceKind | None = None
         self._dashboard: str | None = None  # "" once known to have none
-        hello = cast(dict[str, float], self._read("hello"))
-        self._profile_interval = float(hello["profile_interval"])
-        self._profile_cycle = float(hello["profile_cycle"])
+        self._hello: dict[str, float] | None = None
+        if not self._on_client_loop():  # else on the first read from another thread
+            self._settings()
+
+    def _settings(self) -> dict[str, float]:
+        """The scheduler's profile settings, read once."""
+        if self._hello is None:
+            self._hello = cast(dict[str, float], self._read("hello"))
+        return self._hello
+
+    def _on_client_loop(self) -> bool:
+        """Whether this thread runs the event loop of an asynchronous client (where a
+        read would wait for the loop it blocks)."""
+        if not getattr(self.client, "asynchronous", False):
+            return False
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        loop = getattr(self.client, "loop", None)
+        return running is getattr(loop, "asyncio_loop", loop)
 
     def __repr__(self) -> str:
         return f"<DaskSource of the Dask scheduler at {self.address}>"
@@ -221,6 +238,18 @@ class DaskSource:
             return await make()
 
         try:
+            if getattr(client, "asynchronous", False):
+                if self._on_client_loop():
+                    raise WouldBlock(
+                        "This view reads the Dask cluster of an asynchronous "
+                        "distributed.Client, whose event loop runs this very code: it "
+                        "cannot wait for the answer here. Read from another thread "
+                        "(`await asyncio.to_thread(...)`; widgets and `async with "
+                        "MemorySampler().sample(...)` do), or use a synchronous client."
+                    )
+                from distributed.utils import sync
+
+                return sync(client.loop, call, callback_timeout=timeout)
             return client.sync(call, callback_timeout=timeout)
         except TimeoutError as exc:
             raise SchedulerUnreachable(
@@ -327,12 +356,14 @@ class DaskSource:
         return self._dashboard or None
 
     def memory(self) -> MemorySnapshot:
-        process, managed, spilled = cast(tuple[int, int, int], self._read("memory"))
+        reply = cast(tuple[int, ...], self._read("memory"))
+        process, managed, spilled = reply[:3]
         return MemorySnapshot(
             process_bytes=process,
             managed_bytes=managed,
             unmanaged_bytes=max(0, process - managed),
             spilled_bytes=spilled,
+            unmanaged_old_bytes=reply[3] if len(reply) > 3 else None,  # an older plugin
         )
 
     def task_stream_index(self) -> int:
@@ -366,13 +397,14 @@ class DaskSource:
     ) -> dict[str, ProfileMetadata]:
         raw = self._read("profile_metadata", start=start, stop=stop, workers=workers)
         metas = cast(dict[str, dict[str, Any]], raw)
-        return {a: _metadata(m, self._profile_cycle) for a, m in metas.items()}
+        cycle = self.profile_cycle_interval()
+        return {a: _metadata(m, cycle) for a, m in metas.items()}
 
     def profile_interval(self) -> float:
-        return self._profile_interval
+        return float(self._settings()["profile_interval"])
 
     def profile_cycle_interval(self) -> float:
-        return self._profile_cycle
+        return float(self._settings()["profile_cycle"])
 
     def transfer_logs(self, workers: list[str] | None = None) -> dict[str, TransferLogs]:
         if self._transfer_fn is None:

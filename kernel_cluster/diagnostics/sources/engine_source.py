@@ -110,22 +110,18 @@ class EngineSource:
         )
 
     def memory(self) -> MemorySnapshot:
-        """Cluster memory now: process (each process once), managed, unmanaged, spilled."""
+        """Cluster memory now: process (each process once), managed, unmanaged (and its
+        least over the last 30 s of heartbeats), spilled."""
         scheduler = self.cluster.scheduler
 
         def read() -> MemorySnapshot:
-            rss_by_pid: dict[object, int] = {}
-            managed = spilled = 0
-            for address, info in scheduler.worker_info.items():
-                rss_by_pid[info.get("pid") or address] = int(info.get("memory", 0))
-                managed += int(info.get("managed", 0))
-                spilled += int(info.get("spilled", 0))
-            process = sum(rss_by_pid.values())
+            process, managed, spilled = scheduler.memory_totals()
             return MemorySnapshot(
                 process_bytes=process,
                 managed_bytes=managed,
                 unmanaged_bytes=max(0, process - managed),
                 spilled_bytes=spilled,
+                unmanaged_old_bytes=scheduler.unmanaged_old(),
             )
 
         self.cluster.loop_thread.run(scheduler.refresh_metrics)

@@ -29,8 +29,9 @@ from .errors import (
     MessageTooLargeError,
     ProtocolError,
     SerializationError,
+    SerializationTimeout,
 )
-from .serialize import check_serializable, dumps, loads
+from .serialize import Pickled, check_serializable, dumps, loads, pickle_value, unpickle
 
 __all__ = [
     "TOKEN_ENV",
@@ -42,8 +43,10 @@ __all__ = [
     "Handler",
     "Listener",
     "MessageTooLargeError",
+    "Pickled",
     "ProtocolError",
     "SerializationError",
+    "SerializationTimeout",
     "check_serializable",
     "connect",
     "dumps",
@@ -51,8 +54,10 @@ __all__ = [
     "loads",
     "new_secret",
     "parse_address",
+    "pickle_value",
     "secret_from_env",
     "secret_from_file",
+    "unpickle",
     "write_secret_file",
 ]
 

@@ -13,6 +13,7 @@ Hierarchy::
         AuthenticationError     the handshake failed (wrong or missing secret)
     TypeError
       SerializationError        a value cannot be pickled or unpickled
+        SerializationTimeout    ... in the time allowed (serialize_timeout)
     ValueError
       MessageTooLargeError      a message exceeds the size limit; nothing was sent
 
@@ -34,6 +35,7 @@ __all__ = [
     "MessageTooLargeError",
     "ProtocolError",
     "SerializationError",
+    "SerializationTimeout",
 ]
 
 # the byte count that overrides the message size limit (read in frames)
@@ -124,6 +126,32 @@ class SerializationError(TypeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.what, self.type_name, self.reason, self.receiving))
+
+
+class SerializationTimeout(SerializationError):
+    """A value took longer than ``seconds`` to pickle (or, ``receiving``, to unpickle):
+    its task fails rather than keep the value's worker busy for ever."""
+
+    def __init__(self, what: str, type_name: str, seconds: float, receiving: bool = False):
+        self.seconds = seconds
+        verb = "unpickling" if receiving else "pickling"
+        super().__init__(
+            what,
+            type_name,
+            f"{verb} it took more than {seconds:g} s (serialize_timeout={seconds:g})",
+            receiving,
+        )
+
+    @property
+    def hint(self) -> str:
+        return (
+            "Return values that pickle quickly (arrays and plain data rather than large "
+            "graphs of Python objects; no slow __reduce__ or __setstate__), or give the "
+            "workers more time: KernelCluster(serialize_timeout=...)."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.what, self.type_name, self.seconds, self.receiving))
 
 
 class MessageTooLargeError(ValueError):
