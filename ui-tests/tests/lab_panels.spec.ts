@@ -167,7 +167,9 @@ test('the kernel dies and restarts: the panels say so, then reconnect to the new
   // from the sidebar or the palette would be a tab behind it)
   const ref = await panel(page, 'fine-metrics').getAttribute('id');
   await page.evaluate(
-    (args) => (window as any).jupyterapp.commands.execute('kernel-cluster:open', args),
+    async (args) => {
+      await (window as any).jupyterapp.commands.execute('kernel-cluster:open', args);
+    },
     { view: 'task-stream', path: `${tmpPath}/${PANELS}`, mode: 'split-bottom', ref },
   );
   const fm = panel(page, 'fine-metrics');
@@ -221,7 +223,9 @@ test('two notebooks, two kernels: each panel shows its own kernel', async ({ pag
   await page.notebook.runCell(1);
   // split below the other notebook, so that both panels are in view
   await page.evaluate(
-    (path) => (window as any).jupyterapp.commands.execute('kernel-cluster:open', { view: 'fine-metrics', path, mode: 'split-bottom' }),
+    async (path) => {
+      await (window as any).jupyterapp.commands.execute('kernel-cluster:open', { view: 'fine-metrics', path, mode: 'split-bottom' });
+    },
     `${tmpPath}/${OTHER}`,
   );
   const a = panel(page, 'fine-metrics', PANELS);
