@@ -177,7 +177,9 @@ test('the kernel dies and restarts: the panels say so, then reconnect to the new
   await expectFineMetrics(fm, ['load', 'crunch']);
   await expect(ts.locator('.kc-task-stream .kc-title .kc-note')).toHaveText('49 tasks', { timeout: 30000 });
 
-  // the kernel process dies; Jupyter restarts it
+  // the kernel process dies; Jupyter restarts it (the panel opened last has the focus:
+  // back to the notebook, whose commands act on the widget in front)
+  await page.notebook.activate(PANELS);
   await page.notebook.addCell('code', 'import os\nos._exit(1)');
   await page.notebook.selectCells(3);
   await page.evaluate(() => {
@@ -218,6 +220,9 @@ test('two notebooks, two kernels: each panel shows its own kernel', async ({ pag
   await page.notebook.runCell(0);
   await page.notebook.runCell(1);
   await page.evaluate(() => (window as any).jupyterapp.commands.execute('kernel-cluster:open-fine-metrics'));
+  // the panel took the focus: the next notebook opens in the notebooks' area (as a
+  // tab beside the panel, JupyterLab would hide it)
+  await page.notebook.activate(PANELS);
   await openNotebook(page, tmpPath, OTHER);
   await page.notebook.runCell(0);
   await page.notebook.runCell(1);
