@@ -2,9 +2,10 @@
 
 from .client.client import Client, get_client
 from .client.futures import CancelledError, Future, as_completed, wait
+from .client.runs import attach, compare
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
-from .diagnostics.attach import attach
+from .diagnostics.history import history
 from .diagnostics.pages.report import performance_report
 from .diagnostics.pages.task_stream_page import get_task_stream
 from .diagnostics.spans import get_annotations, span
@@ -85,11 +86,13 @@ __all__ = [
     "__version__",
     "as_completed",
     "attach",
+    "compare",
     "context_meter",
     "get_annotations",
     "get_client",
     "get_sync",
     "get_task_stream",
+    "history",
     "performance_report",
     "progress",
     "show",

@@ -8,6 +8,7 @@ synchronous core tests start no engine.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -32,6 +33,10 @@ from tests.engine.helpers import (
     wait_for,
     worker_errors,
 )
+
+# the run history stays off in tests (and in the kernels and processes they start), so
+# that no test writes to the user's history; tests/history/ turns it on, in a temporary file
+os.environ["KERNEL_CLUSTER_HISTORY"] = "off"
 
 # property tests check behaviour, not speed: a busy machine must not fail them (each
 # test still has pytest's per-test timeout)

@@ -111,3 +111,17 @@ def test_cell_magic_labels_a_dask_compute(kernel):
         "print(sorted({g.name.split('-')[0] for s in spans[('dask-cell',)] for g in s.groups}))",
     )
     assert "'sum'" in r["stdout"]  # ones_like is fused into the sum's chunks
+
+
+def test_compare_to_prints_why_there_is_no_comparison(kernel):
+    assert run(kernel, SETUP)["status"] == "ok"
+    # the suite keeps the history off: a stored baseline cannot be found, and the cell
+    # still runs and returns its result
+    r = run(kernel, "%%span cmp --compare-to cmp@-1\nclient.submit(inc, 1).result()")
+    assert r["status"] == "ok" and r["result"] == "2"
+    assert r["stdout"].startswith("No comparison with cmp@-1: The run history is off"), r
+    # a live baseline needs no history
+    r = run(kernel, "%%span cmp2 --compare-to=cmp\nclient.submit(inc, 2).result()")
+    assert r["stdout"].startswith("Against cmp (cmp (live "), r
+    r = run(kernel, "%%span cmp --compare-to\nclient.submit(inc, 1).result()")
+    assert "UsageError: --compare-to needs a run" in r["stderr"]

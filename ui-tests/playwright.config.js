@@ -30,6 +30,9 @@ module.exports = {
   webServer: {
     command: `${path.join(venv, 'bin', 'jupyter')} lab --config jupyter_server_test_config.py`,
     url: 'http://localhost:8888/lab',
+    // the notebooks' kernels record no run history in the user's data directory
+    // (a test that needs one gives its own file)
+    env: { ...process.env, KERNEL_CLUSTER_HISTORY: 'off' },
     timeout: 120000,
     reuseExistingServer: false,
   },

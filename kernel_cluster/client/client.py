@@ -30,6 +30,7 @@ from .call_keys import funcname
 from .default import join_default, leave_default, own_cluster
 from .futures import run_callback
 from .results import Results
+from .runs import record_cluster
 from .submission import Submission
 from .views import Views
 
@@ -130,6 +131,7 @@ class Client(Submission, Results, Views):
             if owned:  # not a user of the default cluster after all
                 leave_default(cluster, self.id)
             raise
+        record_cluster(cluster, self._source)  # its finished spans go to the run history
         if set_as_default:
             _current_client = self
             set_default_source(self._source)

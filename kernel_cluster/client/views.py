@@ -110,6 +110,19 @@ class Views(ClientBase):
         self._check_running()
         return dashboard(self, **kwargs)
 
+    def compare(self, a: Any, b: Any, unit: str | None = "seconds") -> pd.DataFrame:
+        """Where did the time go, ``b`` against ``a``? Each names a span of this cluster
+        (id or name: the latest of that name) or a stored run (id, or ``name@-1``, the
+        latest stored run of that name other than the other side). A DataFrame
+        ``function, activity, unit, a, b, delta, ratio`` with per-task and per-second
+        columns and the functions' task counts and bytes, sorted by the size of the
+        change; ``.attrs["verdict"]`` says it in one line (``kernel_cluster.compare``)."""
+        from .runs import compare
+
+        self._check_running()
+        table: pd.DataFrame = compare(a, b, self._source, unit=unit)
+        return table
+
     def spans(self) -> SpanTreeView:
         """The span tree as plain data: ``.roots``, ``[span_id]``, ``.to_pandas()``."""
         from ..diagnostics.spans import SpanTreeView

@@ -24,14 +24,24 @@ for a span after it folded go to the fold. The owner of metrics keyed by span id
 (the scheduler's) hands that dict over as ``keyed_metrics`` to have it re-keyed too.
 The fold's arithmetic is core/span_folding.py's, which the Dask scheduler plugin
 shares.
+
+Finished spans. Readers that keep what finished (the run history) ask for the
+spans that finished since a cursor (``finished_since``), a bounded log with a
+running index, so a read costs what finished since, never the size of the tree.
+The tree does no work per task for it: a span observed (given tasks) is *open*;
+``collect_finished`` (called by the reader, and at a fold) moves the open spans
+that are done into the log. A span that gets tasks again reopens, and is logged
+again when it is done (a parent between two children, say): readers take the
+latest entry as the span's final state.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
+from .finished_log import FinishedLog, children_first
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES, TaskGroup
 from .span_folding import (
@@ -48,10 +58,24 @@ from .span_folding import (
     with_idle,
 )
 
+FINISHED_LOG_LENGTH = 4096  # finished spans a reader can still get after they finished
+
+
+class Finished(NamedTuple):
+    """What ``SpanTree.finished_since`` returns: the spans logged since the cursor (in
+    the order they finished; a span may appear twice if it reopened), the cursor to
+    pass next time, and how many entries fell out of the log before this read."""
+
+    spans: list[Span]
+    cursor: int
+    missed: int
+
+
 __all__ = [
     "DEFAULT",
     "FOLDED_ID",
     "KEEP_DEFAULT_SPANS",
+    "Finished",
     "FoldedSpan",
     "MergedSpan",
     "Span",
@@ -162,7 +186,11 @@ class Span:
     @property
     def nthreads_intervals(self) -> list[tuple[float, float, int]]:
         """(begin, end, threads on the cluster) from enqueued to stop."""
-        begin, end = self.enqueued, self.stop
+        return self.intervals_until(self.stop)
+
+    def intervals_until(self, end: float) -> list[tuple[float, float, int]]:
+        """``nthreads_intervals`` for a span that stops at ``end`` (read apart)."""
+        begin = self.enqueued
         out = []
         history = self._nthreads_history
         for i, (t, n) in enumerate(history):
@@ -353,6 +381,9 @@ class SpanTree:
         self.code_frames = code_frames
         self._default: Span | None = None
         self._default_counter = 0
+        # spans given tasks and not yet logged as finished (ordered: a dict), and the log
+        self._open: dict[Span, None] = {}
+        self._finished: FinishedLog[Span] = FinishedLog(FINISHED_LOG_LENGTH)
 
     def nthreads_changed(self, time: float, total: int) -> None:
         self.total_nthreads_history.append((time, total))
@@ -390,6 +421,10 @@ class SpanTree:
             assert span is not None  # ids is not empty: the loop found or made one
         if code and code not in span.code:
             span.code.append(code)
+        node: Span | None = span
+        while node is not None:  # it and its parents get tasks: open until done
+            self._open[node] = None
+            node = node.parent
         return span
 
     def _new(self, name: tuple[Any, ...], span_id: str, parent: Span | None, time: float) -> Span:
@@ -406,6 +441,9 @@ class SpanTree:
 
     def _fold(self, span: Span) -> None:
         """Sum ``span`` into the fold and forget it as a span of its own."""
+        if span in self._open:  # done (it is a finished default span): log it first
+            del self._open[span]
+            self._log_finished(span)
         fold = self.folded
         if fold is None:
             fold = self.folded = FoldedSpan(self.total_nthreads_history, span.enqueued, self.now)
@@ -458,6 +496,25 @@ class SpanTree:
                 span = self.folded
             if span is not None:
                 span.add_metrics(("execute", key[2], key[3], key[4]), value)
+
+    # -- finished spans ---------------------------------------------------------------------
+
+    def _log_finished(self, span: Span) -> None:
+        if any(True for _ in span.traverse_groups()):  # a span without tasks has nothing
+            self._finished.append(span)
+
+    def collect_finished(self) -> None:
+        """Log the open spans that are done now (children before their parents)."""
+        done = [span for span in self._open if span.done]
+        for span in children_first(done):
+            del self._open[span]
+            self._log_finished(span)
+
+    def finished_since(self, cursor: int) -> Finished:
+        """The spans logged as finished from entry ``cursor`` on (0: all still kept; a
+        cursor past the end, from another tree, counts as 0)."""
+        self.collect_finished()
+        return Finished(*self._finished.since(cursor))
 
     # -- queries ----------------------------------------------------------------------------
 

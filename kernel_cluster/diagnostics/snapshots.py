@@ -73,6 +73,36 @@ class SpanInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishedSpan:
+    """A span that finished, as the run history keeps it: the span (``SpanInfo``, its
+    metrics in as of a heartbeat after it finished), the id of its top-level span
+    (``root``: itself if it is one), its subtree's tasks per task
+    prefix and state (``tasks``: ``{"inc": {"memory": 10, ...}}``, only the states
+    present), the bytes of their results per prefix (``nbytes``), and the cluster's
+    workers and threads when it was read."""
+
+    span: SpanInfo
+    root: str
+    tasks: dict[str, dict[str, int]]
+    nbytes: dict[str, int]
+    workers: int
+    threads: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedSpans:
+    """``DiagnosticsSource.finished_spans``: the spans that finished since a cursor, in
+    the order they finished (a span that got tasks again after it finished appears
+    again, later: the latest is its final state); ``cursor``: what to pass next time;
+    ``missed``: spans that finished but fell out of the source's bounded log before
+    this read (the reader came too late for them)."""
+
+    spans: tuple[FinishedSpan, ...]
+    cursor: int
+    missed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class StartStop:
     """One action of a task: ``compute``, ``transfer`` (``source``: the worker the data
     came from), ``disk-read``, ``disk-write`` or ``deserialize``; times in seconds."""

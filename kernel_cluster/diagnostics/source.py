@@ -29,6 +29,7 @@ from typing import Protocol, runtime_checkable
 
 from .snapshots import (
     ClusterInfo,
+    FinishedSpans,
     FlatRow,
     MemorySnapshot,
     Metrics,
@@ -75,6 +76,13 @@ class DiagnosticsSource(Protocol):
 
     def spans(self, refresh: bool = True) -> list[SpanInfo]:
         """Every span, subtree totals included."""
+        ...
+
+    def finished_spans(self, cursor: int = 0) -> FinishedSpans:
+        """The spans that finished (every task of the subtree done) since ``cursor`` (a
+        previous answer's ``cursor``; 0: every one still in the source's bounded log),
+        with metrics as fresh as ``spans(refresh=True)``'s. What the run history
+        records: a read costs what finished since the cursor, not the number of spans."""
         ...
 
     # -- tasks and workers ---------------------------------------------------------------

@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
 
 import psutil
@@ -78,6 +79,7 @@ class KernelCluster:
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
         task_stream_length: int = 100_000,
+        history: bool = True,
         worker_config: WorkerConfig | None = None,
         **settings: Unpack[WorkerSettings],
     ):
@@ -92,6 +94,9 @@ class KernelCluster:
         ``distributed.scheduler.worker-saturation`` and
         ``distributed.worker.profile.interval`` / ``.cycle`` where the user set them
         (``engine/dask_config.py`` has the precedence).
+        ``history=False``: this cluster's finished spans are not recorded in
+        the run history (``kernel_cluster.history``; a Client starts the recording, the
+        engine only keeps the setting).
         """
         if not isinstance(n_workers, int) or n_workers < 0:
             raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
@@ -109,6 +114,14 @@ class KernelCluster:
         self.worker_config = _worker_config(
             n_workers, threads_per_worker, memory_limit, worker_config, settings
         )
+        if not isinstance(history, bool):
+            raise TypeError(
+                f"history={history!r}: give True (record this cluster's runs, the default) "
+                "or False; the history's file is set with KERNEL_CLUSTER_HISTORY or "
+                "kernel_cluster.history.configure(path=...)."
+            )
+        self.history = history
+        self._close_hooks: list[Callable[[], None]] = []
         self.id = next(_cluster_ids)
         self.name = f"KernelCluster-{self.id}"
         self.processes = processes
@@ -341,11 +354,22 @@ class KernelCluster:
         self.scale(0)
         self.scale(n)
 
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` when the cluster closes, first, while its loop still runs
+        (the run history writes its last spans then). A hook that fails is logged."""
+        self._close_hooks.append(hook)
+
     def close(self) -> None:
         with self._lock:
             if self.status == "closed":
                 return
             self.status = "closing"
+            hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:
+                logger.exception("%s: a close hook failed", self.name)
         workers = list(self.peers.workers.values())
         if self.loop_thread.thread.is_alive():
             try:

@@ -27,6 +27,8 @@ Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
 The status's ``cluster`` also names the engine, the scheduler's address and its
 dashboard, and what the sidebar's controls may do; a channel subscribed to
 ``workers`` gets the worker table's rows in its status (``worker_table.py``).
+- ``{"type": "compare", "runs", "a", "b", "data", "error"}``: the Compare panel's
+  state, in answer to its request (``compare.state``).
 
 Browser -> kernel, validated here (anything else is logged and dropped):
 
@@ -48,6 +50,8 @@ subshell's thread while a cell runs on the main one, so a panel opened mid-cell 
 its data at once. ipykernel would route a comm's browser messages to the subshell of
 whatever last sent on it (a cell, for ``announce``); ``_keep_browser_routing`` keeps
 the subshell the browser chose.
+- ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
+  the last pair compared, or the latest two).
 """
 
 from __future__ import annotations
@@ -71,7 +75,16 @@ logger = logging.getLogger(__name__)
 
 TARGET = "kernel-cluster-lab"
 PROTOCOL = 1
-VIEWS = ("fine-metrics", "span-tree", "profile", "task-stream", "memory", "progress", "workers")
+VIEWS = (
+    "fine-metrics",
+    "span-tree",
+    "profile",
+    "task-stream",
+    "memory",
+    "progress",
+    "workers",
+    "compare",
+)
 MODES = ("split-right", "split-left", "split-top", "split-bottom", "tab-after", "tab-before")
 BASE_FEEDS = ("metrics", "spans", "progress")
 OPTIONAL_FEEDS = ("tasks", "profile", "workers")
@@ -81,6 +94,7 @@ MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
 CURRENT_SPANS = 8  # how many running spans the sidebar lists
 PING_SECONDS = 5.0  # how often a page pings (labextension/src/connection.ts)
 STALE_SECONDS = 4 * PING_SECONDS  # a channel silent this long has lost its page
+MAX_REF = 1000  # characters of a run's reference from the browser
 
 
 def cluster_summary(source: DiagnosticsSource, info: ClusterInfo | None = None) -> dict[str, Any]:
@@ -157,6 +171,14 @@ def check_message(content: Any) -> dict[str, Any]:
         if start is not None and stop is not None and stop < start:
             start, stop = stop, start
         return {"type": kind, "prefix": prefix, "start": start, "stop": stop}
+    if kind == "compare":
+        refs = {}
+        for side in ("a", "b"):
+            ref = content.get(side)
+            if ref is not None and (not isinstance(ref, str) or len(ref) > MAX_REF):
+                raise ValueError(f"'{side}' must be a run's reference (a string) or null")
+            refs[side] = ref or None
+        return {"type": kind, **refs}
     raise ValueError(f"unknown message type {kind!r}")
 
 
@@ -268,6 +290,10 @@ class Channel:
                 if "workers" in self.optional:  # the worker table, without waiting a second
                     self.last_status = None
                     self.hub.status_now()
+            elif kind == "compare":  # asked by the Compare panel: answered once
+                from .compare import state
+
+                self.send({"type": "compare", **state(self.hub.source, request["a"], request["b"])})
             elif kind == "profile":
                 self.profile = {k: request[k] for k in ("prefix", "start", "stop")}
                 self._select_profile()

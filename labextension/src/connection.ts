@@ -102,6 +102,9 @@ export class ClusterConnection {
   private asked = false;
   private profile: Record<string, unknown> = { prefix: '', start: null, stop: null };
   private profileListeners = new Set<() => void>();
+  /** The Compare panel's state: the kernel's answer (runs, a, b, data, error) and its filters. */
+  private compare: Record<string, unknown> = { runs: [], a: '', b: '', data: null, error: '' };
+  private compareListeners = new Set<() => void>();
   private readonly _changed = new Signal<this, void>(this);
   private readonly _show = new Signal<this, ShowRequest>(this);
   private _disposed = false;
@@ -288,6 +291,11 @@ export class ClusterConnection {
       case 'hello':
         this.subscribed = '';
         this.subscribe();
+        if (this.compareListeners.size) this.askCompare(); // a Compare panel is open
+        return;
+      case 'compare':
+        for (const k of ['runs', 'a', 'b', 'data', 'error']) if (k in data) this.compare[k] = data[k];
+        this.compareChanged();
         return;
       case 'status':
         this.onStatusMessage(data);
@@ -440,6 +448,33 @@ export class ClusterConnection {
       onChange: (_names, listener) => {
         this.profileListeners.add(listener);
         return () => this.profileListeners.delete(listener);
+      },
+    };
+  }
+
+  private compareChanged(): void {
+    for (const l of [...this.compareListeners]) l();
+  }
+
+  private askCompare(): void {
+    const ref = (v: unknown) => (typeof v === 'string' && v ? v : null);
+    this.send({ type: 'compare', a: ref(this.compare.a), b: ref(this.compare.b) });
+  }
+
+  /** The Compare panel's state: choosing runs (a, b) asks the kernel to compare them;
+   * its filters stay here. Asks for the current comparison when first used. */
+  compareBinding(): Binding {
+    if (!this.compareListeners.size) this.askCompare();
+    return {
+      get: (name) => this.compare[name],
+      set: (values) => {
+        Object.assign(this.compare, values);
+        this.compareChanged();
+        if ('a' in values || 'b' in values) this.askCompare();
+      },
+      onChange: (_names, listener) => {
+        this.compareListeners.add(listener);
+        return () => this.compareListeners.delete(listener);
       },
     };
   }

@@ -47,6 +47,7 @@ function hasData(view: View, store: Store): boolean {
   if (view === 'profile') return store.profile.tree !== null;
   if (view === 'span-tree') return store.spans.records.size > 0;
   if (view === 'progress') return store.progress.records.size > 0;
+  if (view === 'compare') return false; // its data is not the store's (sawData is called on its own)
   return store.metrics.length > 0;
 }
 
@@ -57,6 +58,7 @@ export class ClusterPanel extends Widget {
   private workerTable: WorkerTableView | null = null;
   private memoryDrawn = '';
   private resizeFrame = 0;
+  private unwatchCompare: (() => void) | null = null;
   private readonly banner: HTMLDivElement;
   private readonly body: HTMLDivElement;
   private readonly binding = localBinding({ unit: 'seconds', span_filter: '', hidden_functions: [], hidden_activities: [], selected: '', hidden_prefixes: [] });
@@ -121,6 +123,8 @@ export class ClusterPanel extends Widget {
   }
 
   private unmount(): void {
+    this.unwatchCompare?.();
+    this.unwatchCompare = null;
     this.mounted?.destroy();
     this.mounted = null;
     this.mountedStore = null;
@@ -153,7 +157,13 @@ export class ClusterPanel extends Widget {
     }
     if (this.mountedStore !== conn.store) {
       this.unmount();
-      const binding = this.view === 'profile' ? conn.profileBinding() : this.binding;
+      const binding =
+        this.view === 'profile' ? conn.profileBinding() : this.view === 'compare' ? conn.compareBinding() : this.binding;
+      if (this.view === 'compare') {
+        const seen = () => void (binding.get('data') && this.sawData());
+        this.unwatchCompare = binding.onChange(['data'], seen);
+        seen();
+      }
       this.mounted = mount(RENDERER[this.view], this.body, conn.store, binding);
       this.mountedStore = conn.store;
       const store = conn.store;

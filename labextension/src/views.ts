@@ -2,7 +2,7 @@
 // for them (metrics, spans and progress always flow; these are the extra feeds).
 import type { Kind } from '@kernel-cluster/widgets';
 
-export const VIEWS = ['fine-metrics', 'span-tree', 'profile', 'task-stream', 'memory', 'progress', 'workers'] as const;
+export const VIEWS = ['fine-metrics', 'span-tree', 'profile', 'task-stream', 'memory', 'progress', 'workers', 'compare'] as const;
 export type View = (typeof VIEWS)[number];
 
 export const MODES = ['split-right', 'split-left', 'split-top', 'split-bottom', 'tab-after', 'tab-before'] as const;
@@ -16,6 +16,7 @@ export const LABELS: Record<View, string> = {
   memory: 'Memory',
   progress: 'Progress',
   workers: 'Workers',
+  compare: 'Compare',
 };
 
 /** What each view shows, for the palette and the menus. */
@@ -27,6 +28,7 @@ export const CAPTIONS: Record<View, string> = {
   memory: "the cluster's memory over time, with its limit",
   progress: 'a progress bar per task prefix',
   workers: "each worker's CPU, memory against its limit, tasks, spilled bytes and pause",
+  compare: 'two runs side by side: where the time and the bytes went differently',
 };
 
 /** Optional feeds (kernel_cluster/jupyter/lab.py OPTIONAL_FEEDS) a view needs. */
@@ -38,6 +40,7 @@ export const FEEDS: Record<View, ('tasks' | 'profile' | 'workers')[]> = {
   memory: [],
   progress: [],
   workers: ['workers'],
+  compare: [], // asked for, and answered, on its own (ClusterConnection.compareBinding)
 };
 
 /** The renderer (widgets/src/mount.ts) that draws a view from the store; memory and
@@ -48,6 +51,7 @@ export const RENDERER: Record<Exclude<View, 'memory' | 'workers'>, Kind> = {
   profile: 'flame-graph',
   'task-stream': 'task-stream',
   progress: 'progress',
+  compare: 'compare',
 };
 
 export function isView(v: unknown): v is View {

@@ -162,3 +162,134 @@ def test_a_span_never_starts_before_it_was_enqueued(tree):
     assert span.start == 10.0 <= span.stop
     g.start = 10.2
     assert span.start == 10.2
+
+
+# -- the finished-span log (what the run history reads) ------------------------------------
+
+
+def finish(g: TaskGroup) -> None:
+    for state in ("waiting", "queued", "processing"):
+        g.states["memory"] += g.states[state]
+        g.states[state] = 0
+
+
+def test_a_span_is_logged_once_done_children_first(tree):
+    outer = tree.observe(ann(("etl", "o")), time=0.0)
+    inner = tree.observe(ann(("etl", "o"), ("load", "i")), time=0.0)
+    g_in = group(inner, "load", processing=3)
+    g_out = group(outer, "total", waiting=1)
+    nothing = tree.finished_since(0)
+    assert nothing.spans == [] and nothing.cursor == 0 and nothing.missed == 0
+    finish(g_in)
+    first = tree.finished_since(0)
+    assert first.spans == [inner] and first.cursor == 1
+    finish(g_out)
+    second = tree.finished_since(first.cursor)
+    assert second.spans == [outer] and second.cursor == 2
+    assert tree.finished_since(2).spans == []
+    assert tree.finished_since(0).spans == [inner, outer]  # 0: all still kept
+
+
+def test_both_done_at_once_logs_the_child_first(tree):
+    outer = tree.observe(ann(("a", "o")), time=0.0)
+    inner = tree.observe(ann(("a", "o"), ("b", "i")), time=0.0)
+    gs = [group(inner, "x", processing=1), group(outer, "y", processing=1)]
+    for g in gs:
+        finish(g)
+    assert tree.finished_since(0).spans == [inner, outer]
+
+
+def test_a_span_given_tasks_again_is_logged_again(tree):
+    outer = tree.observe(ann(("etl", "o")), time=0.0)
+    load = tree.observe(ann(("etl", "o"), ("load", "l")), time=0.0)
+    finish(group(load, "load", processing=1))
+    assert tree.finished_since(0).spans == [load, outer]  # done between its children
+    compute = tree.observe(ann(("etl", "o"), ("compute", "c")), time=1.0)
+    g = group(compute, "compute", processing=1)
+    assert tree.finished_since(2).spans == []
+    finish(g)
+    assert tree.finished_since(2).spans == [compute, outer]
+
+
+def test_spans_without_tasks_are_not_logged(tree):
+    tree.observe(ann(("empty", "e")), time=0.0)
+    assert tree.finished_since(0).spans == []
+
+
+def test_a_reader_that_comes_late_is_told_what_it_missed(tree, monkeypatch):
+    from kernel_cluster.core import spans as spans_module
+
+    small = SpanTree(now=lambda: 0.0)
+    small._finished = spans_module.FinishedLog(3)
+    made = []
+    for i in range(5):
+        s = small.observe(ann((f"s{i}", f"id{i}")), time=0.0)
+        finish(group(s, "x", processing=1))
+        small.collect_finished()
+        made.append(s)
+    late = small.finished_since(0)
+    assert late.spans == made[2:] and late.missed == 2 and late.cursor == 5
+    assert small.finished_since(1).missed == 1
+    assert small.finished_since(99).spans == made[2:]  # a cursor from elsewhere: from 0
+
+
+def test_a_default_span_that_folds_before_any_read_is_logged_first(tree):
+    tree.keep_default_spans = 1
+    made = []
+    for i in range(4):
+        d = tree.observe(None, time=float(i))
+        finish(group(d, f"f{i}", processing=1))
+        made.append(d)
+    assert tree.folded is not None and tree.folded.folded == 2  # two folded already
+    # with no reader, folded spans are not kept open: a loop of submit().result() in a
+    # session that never reads the log holds a bounded number of spans
+    assert all(s not in tree._open for s in made[:2])
+    logged = tree.finished_since(0).spans
+    assert logged == made  # none lost to the fold, in the order they finished
+    assert all(s.id != tree.folded.id for s in logged)
+
+
+def by_properties(span: Span) -> tuple:
+    return (
+        span.done,
+        span.start,
+        span.stop,
+        span.all_durations,
+        span.nbytes_total,
+        span.states,
+        span.active_cpu_seconds,
+        span.cumulative_worker_metrics,
+    )
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_summary_in_one_pass_reads_as_the_properties(tree, finished):
+    """What the run history stores of a span (summarize) is what its properties say,
+    unfinished (stop: now) or finished, over a subtree of several groups and prefixes."""
+    from kernel_cluster.core.span_summary import summarize
+
+    root = tree.observe(ann(("w", "r")), time=0.5)
+    child = tree.observe(ann(("w", "r"), ("load", "c")), time=1.0)
+    tree.nthreads_changed(2.0, 6)
+    g1 = group(root, "a", memory=2)
+    g2 = group(child, "b", memory=3, erred=1, processing=0 if finished else 1)
+    g3 = group(child, "a", memory=4)
+    for g, (start, stop, nbytes) in zip(
+        (g1, g2, g3), ((2.0, 3.0, 10), (1.5, 4.0, 5), (0.0, 0.0, 7)), strict=True
+    ):
+        g.start, g.stop, g.nbytes_total = start, stop, nbytes
+        g.all_durations["compute"] = stop - start
+    g2.all_durations["transfer"] = 0.25
+    root.add_metrics(("execute", "a", "thread-cpu", "seconds"), 1.0)
+    child.add_metrics(("execute", "a", "thread-cpu", "seconds"), 0.5)
+    child.add_metrics(("execute", "b", "output", "bytes"), 99)
+    for span in (root, child):
+        s = summarize(span)
+        assert tuple(s[:8]) == by_properties(span)
+    s = summarize(root)
+    assert s.tasks_by_prefix == {"a": {"memory": 6}, "b": {"memory": 3, "erred": 1}} | (
+        {} if finished else {"b": {"memory": 3, "erred": 1, "processing": 1}}
+    )
+    assert s.nbytes_by_prefix == {"a": 17, "b": 5}
+    empty = tree.observe(ann(("e", "e1")), time=3.0)
+    assert tuple(summarize(empty)[:8]) == by_properties(empty)

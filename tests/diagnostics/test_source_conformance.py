@@ -31,6 +31,8 @@ from kernel_cluster.core.scheduler_tasks import ALL_STATES
 from kernel_cluster.diagnostics.attach import attach, set_default_source, source_of
 from kernel_cluster.diagnostics.snapshots import (
     ClusterInfo,
+    FinishedSpan,
+    FinishedSpans,
     MemorySnapshot,
     Metrics,
     ProfileMetadata,
@@ -301,6 +303,34 @@ def test_fine_metrics_are_keyed_numbers_and_counts_only_grow(seen: Observed) -> 
             ("gather-dep", "network", "bytes"), 0
         )
     assert seen.source.fine_metrics(refresh=False).keys() >= after.keys()
+
+
+def test_finished_spans_since_a_cursor(seen: Observed) -> None:
+    """The run history's read: both spans finished, each with its tasks per prefix
+    and state, result bytes and metrics complete; a read from the returned cursor
+    brings nothing new."""
+    src = seen.source
+    first = src.finished_spans(0)
+    assert isinstance(first, FinishedSpans)
+    check_snapshot(first)
+    latest: dict[str, FinishedSpan] = {}
+    for record in first.spans:
+        assert isinstance(record, FinishedSpan) and record.span.done
+        latest[record.span.id] = record  # a span logged twice: the latest is final
+    inner, outer = latest[seen.inner], latest[seen.outer]
+    assert [r.span.id for r in first.spans].index(seen.inner) < max(
+        i for i, r in enumerate(first.spans) if r.span.id == seen.outer
+    )  # children first
+    assert inner.tasks == {"inc": {"memory": 10}}
+    assert outer.tasks == {"inc": {"memory": 10}, "total": {"memory": 1}}
+    assert outer.nbytes["inc"] == inner.nbytes["inc"] > 0 and outer.nbytes["total"] > 0
+    assert outer.workers == 2 and outer.threads == 4
+    assert inner.root == outer.root == seen.outer
+    assert outer.span.metrics[("execute", "total", "tasks", "count")] == 1
+    assert inner.span.metrics[("execute", "inc", "tasks", "count")] == 10
+    assert inner.span.metrics[("execute", "inc", "thread-cpu", "seconds")] > 0
+    again = src.finished_spans(first.cursor)
+    assert again.spans == () and again.cursor == first.cursor and again.missed == 0
 
 
 def test_spans_nest_and_add_up(seen: Observed) -> None:

@@ -15,6 +15,9 @@ from typing import Any, cast
 
 from kernel_cluster import Client, span
 from kernel_cluster.diagnostics.attach import source_of
+from kernel_cluster.diagnostics.history import compare as comparing
+from kernel_cluster.diagnostics.history.recorder import Recorder
+from kernel_cluster.diagnostics.history.settings import HistorySettings
 from kernel_cluster.diagnostics.pages.report import performance_report
 from kernel_cluster.diagnostics.queries.memory_sampler import PlainMemorySampler
 from kernel_cluster.diagnostics.queries.profile import profile, profile_metadata
@@ -88,6 +91,14 @@ def test_views_read_through_the_protocol_alone(client: Client, tmp_path: Path) -
         parts = client.map(work, range(8))
         assert client.submit(sum, parts).result() > 0
     publisher.send_full()
+    # the run history: its recorder, and a comparison of two live spans
+    history = Recorder(
+        src, kind="embedded", cluster="c", settings=lambda: HistorySettings(tmp_path / "h.db")
+    )
+    assert history.flush() and history.written >= 1
+    history.close()
+    table = comparing.compare("through the protocol", "through the protocol", src)
+    assert "work" in set(table.function) and (table.delta == 0).all()
     worker_name = next(iter(client.scheduler_info()["workers"].values()))["name"]
     profile(src, start="1h")
     profile_metadata(src, workers=[worker_name])

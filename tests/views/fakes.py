@@ -16,6 +16,8 @@ from kernel_cluster.core.profile_tree import new_tree, to_flat
 from kernel_cluster.core.scheduler_tasks import ALL_STATES
 from kernel_cluster.diagnostics.snapshots import (
     ClusterInfo,
+    FinishedSpan,
+    FinishedSpans,
     FlatRow,
     MemorySnapshot,
     Metrics,
@@ -80,6 +82,7 @@ class FakeSource:
         self.meta: dict[str, Any] = {"counts": [], "keys": {}, "cycle_interval": 1.0}
         self.mem: dict[str, int] | None = None  # None: measures no memory
         self.transfers: dict[str, TransferLogs] = {}
+        self.finished: list[FinishedSpan] = []  # the finished-span log, appended to by tests
         self.t = 1000.0
         self.reads = 0
         self.stream_reads = 0
@@ -118,6 +121,12 @@ class FakeSource:
     def spans(self, refresh: bool = True) -> list[SpanInfo]:
         self._check()
         return list(self.span_list)
+
+    def finished_spans(self, cursor: int = 0) -> FinishedSpans:
+        self._check()
+        if not 0 <= cursor <= len(self.finished):
+            cursor = 0
+        return FinishedSpans(tuple(self.finished[cursor:]), len(self.finished), 0)
 
     def progress(self) -> dict[str, dict[str, int]]:
         self._check()
@@ -333,6 +342,12 @@ def run_workload(source: StreamSource, tag: str) -> tuple[str, str]:
                   nbytes_total=88, states=states(11), metrics=outer_m, **common),
         span_info(inner, (tag, "load"), parent=outer, stop=t0 + 0.1, duration=0.5,
                   nbytes_total=80, states=states(10), metrics=inner_m, **common),
+    ]  # fmt: skip
+    inner_span, outer_span = source.span_list[-1], source.span_list[-2]
+    source.finished += [
+        FinishedSpan(inner_span, outer, {"inc": {"memory": 10}}, {"inc": 80}, 2, 4),
+        FinishedSpan(outer_span, outer, {"inc": {"memory": 10}, "total": {"memory": 1}},
+                     {"inc": 80, "total": 8}, 2, 4),
     ]  # fmt: skip
     for prefix, n in (("inc", 10), ("total", 1)):
         counts = source.prefixes.setdefault(prefix, dict.fromkeys(ALL_STATES, 0))

@@ -181,7 +181,7 @@ export class FineMetricsView {
   }
 }
 
-function setOptions(select: HTMLSelectElement, options: [string, string][], value: string): void {
+export function setOptions(select: HTMLSelectElement, options: [string, string][], value: string): void {
   const same =
     select.options.length === options.length &&
     options.every(([v, t], i) => select.options[i].value === v && select.options[i].text === t);
@@ -192,7 +192,7 @@ function setOptions(select: HTMLSelectElement, options: [string, string][], valu
 }
 
 /** A collapsible list of checkboxes: what is unchecked is hidden. */
-class CheckList {
+export class CheckList {
   readonly root: HTMLDetailsElement;
   private summary: HTMLElement;
   private list: HTMLDivElement;

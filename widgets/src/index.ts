@@ -6,3 +6,4 @@ export { memoryView, type MemorySection, type MemoryViewOptions } from './report
 export { formatBytes, formatSeconds } from './format';
 export type { Buffer, Part, UpdateMessage } from './types';
 export { WorkerTableView, type WorkerRow } from './workerTable';
+export { CompareView, comparePanels, type CompareData, type RunChoice } from './compare';

@@ -2,6 +2,7 @@
 // model's synced traits in a notebook, a plain object in a static report.
 import type { Filters } from './aggregate';
 import { h } from './dom';
+import { CompareView } from './compare';
 import { FineMetricsView } from './fineMetrics';
 import { FlameGraphView } from './flameGraph';
 import { liveProfileSource } from './profileSources';
@@ -15,7 +16,7 @@ import type { Binding } from './types';
 
 export type { Binding };
 
-export type Kind = 'fine-metrics' | 'span-tree' | 'progress' | 'dashboard' | 'task-stream' | 'flame-graph' | 'profiler-plots';
+export type Kind = 'fine-metrics' | 'span-tree' | 'progress' | 'dashboard' | 'task-stream' | 'flame-graph' | 'profiler-plots' | 'compare';
 
 /** Traits that hold the fine metrics filters, by filter name. */
 const TRAITS: Record<keyof Filters, string> = {
@@ -49,6 +50,7 @@ export interface Mounted {
   profilerPlots?: ProfilerPlotsView;
   /** The host changed size: the views that draw at a width draw again. */
   resize(): void;
+  compare?: CompareView;
   destroy(): void;
 }
 
@@ -86,6 +88,8 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
   if (kind === 'flame-graph') out.flameGraph = new FlameGraphView(el, liveProfileSource(store, b), { width });
   // the local profilers' records, whole, in the `data` trait: the store stays empty
   if (kind === 'profiler-plots') out.profilerPlots = new ProfilerPlotsView(el, b.get('data') as ProfilerPlotsData, { width });
+  // two runs compared: the data and the filters live in the binding, the store stays empty
+  if (kind === 'compare') out.compare = new CompareView(el, b, { width });
   if (kind === 'span-tree') {
     out.spanTree = new SpanTreeView(el, store, {
       selected: String(b.get('selected') ?? ''),
@@ -114,7 +118,7 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
     const tree = out.spanTree;
     cleanups.push(b.onChange(['selected'], () => tree.select(String(b.get('selected') ?? ''))));
   }
-  for (const view of [out.fineMetrics, out.spanTree, out.progress, out.taskStream, out.flameGraph, out.profilerPlots]) {
+  for (const view of [out.fineMetrics, out.spanTree, out.progress, out.taskStream, out.flameGraph, out.profilerPlots, out.compare]) {
     if (view) cleanups.push(() => view.destroy());
   }
   return out;

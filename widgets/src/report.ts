@@ -1,6 +1,7 @@
 // The self-contained performance report: kernel_cluster.diagnostics.pages.report writes
 // the recorded data into the page as JSON (binary buffers in base64) next to this
 // script, which draws the same views as the notebook widgets, offline.
+import { CompareView, type CompareData } from './compare';
 import { h } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import { mount, type Binding } from './mount';
@@ -75,9 +76,12 @@ export function renderReport(root: HTMLElement, data: ReportData): void {
   ];
   if (s.nbytes !== undefined) facts.push(['Bytes transferred', formatBytes(s.nbytes)]);
   for (const [k, v] of Object.entries(s.versions)) facts.push([k, v]);
+  const compared = data.sections.compare as CompareData | undefined;
+  if (compared) facts.push(['Compared with', `${compared.a.label}: ${compared.verdict}`]);
   const table = h('table', { class: 'kc-summary' });
   for (const [k, v] of facts) table.append(h('tr', {}, h('th', { text: k }), h('td', { text: v })));
   const views = h('section', { class: 'kc-report-section', id: 'fine-metrics' });
+  const compare = h('section', { class: 'kc-report-section', id: 'compare' }, h('h2', { text: 'Compared with an earlier run' }));
   const stream = h('section', { class: 'kc-report-section', id: 'task-stream' }, h('h2', { text: 'Task stream' }));
   const profile = h('section', { class: 'kc-report-section', id: 'profile' }, h('h2', { text: 'Flame graph (statistical profile)' }));
   const memory = h('section', { class: 'kc-report-section', id: 'memory' }, h('h2', { text: 'Memory over time' }));
@@ -85,6 +89,7 @@ export function renderReport(root: HTMLElement, data: ReportData): void {
   root.append(
     h('header', { class: 'kc-report-header' }, h('h1', { text: data.title }), theme),
     h('section', { class: 'kc-report-section', id: 'summary' }, h('h2', { text: 'Summary' }), table),
+    ...(compared ? [compare] : []),
     h('h2', { text: 'Fine performance metrics and spans' }),
     views,
     stream,
@@ -95,6 +100,7 @@ export function renderReport(root: HTMLElement, data: ReportData): void {
     bandwidth,
   );
   mount('dashboard', views, store, localBinding({ unit: 'seconds', span_filter: '', selected: '' }));
+  if (compared) new CompareView(compare, localBinding({ data: compared }));
   if (store.tasks.ntasks) new TaskStreamView(stream, store);
   else stream.append(h('p', { class: 'kc-empty', text: 'No task ran in this block.' }));
   const profiles = data.sections.profile as EmbeddedProfiles | undefined;

@@ -28,6 +28,42 @@ function b64(buffer: ArrayBuffer): string {
 }
 
 describe('report', () => {
+  it('adds the comparison with an earlier run, verdict in the summary', () => {
+    const w = workload();
+    const sideOf = (tag: string, wall: number) => ({
+      ref: tag, id: tag, name: 'etl', label: `etl (${tag})`, where: 'history' as const, start: 0, stop: wall,
+      wall, tasks: 10, nbytes: 0, thread_seconds: 1, done: true,
+    });
+    const data: ReportData = {
+      title: 'compared',
+      summary: { start: 0, duration: 2.5, tasks: 10, threads: 4, workers: 2, versions: {}, code: '' },
+      updates: [{ parts: [w.metrics[0], w.spans, w.progress], buffers: w.metrics[1].map(b64) }],
+      sections: {
+        compare: {
+          a: sideOf('before', 1), b: sideOf('report', 2.5), perTask: false,
+          verdict: 'wall +150%: `read_csv` thread-noncpu +1.5 s; everything else within 5%',
+          rows: [['read_csv', 'thread-noncpu', 'seconds', 0.5, 2, 10, 10]],
+        },
+      },
+    };
+    const root = document.createElement('div');
+    renderReport(root, data);
+    expect(root.querySelector('.kc-summary')?.textContent).toContain('Compared withetl (before): wall +150%');
+    expect(root.querySelector('#compare .kc-verdict')?.textContent).toContain('`read_csv` thread-noncpu +1.5 s');
+    const b = root.querySelector('#compare [data-panel="by-function"] rect[data-side="b"]');
+    expect(b?.getAttribute('data-value')).toBe('2');
+  });
+
+  it('has no comparison section unless asked', () => {
+    const w = workload();
+    const root = document.createElement('div');
+    renderReport(root, {
+      title: 't', summary: { start: 0, duration: 1, tasks: 1, threads: 1, workers: 1, versions: {}, code: '' },
+      updates: [{ parts: [w.metrics[0], w.spans, w.progress], buffers: w.metrics[1].map(b64) }], sections: {},
+    });
+    expect(root.querySelector('#compare')).toBeNull();
+  });
+
   it('renders summary, panels, spans and every section from embedded data', () => {
     const w = workload();
     const [tasks, taskBuffers] = new TasksEncoder().encode(manyTasks(50));

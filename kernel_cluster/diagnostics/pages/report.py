@@ -15,6 +15,12 @@ It also holds the block's task stream, its statistical profile (a flame graph pe
 task prefix), the cluster's memory over time (sampled every ``memory_interval``
 seconds while the block runs) and the transfers between workers (bandwidth over
 time and by pair of workers, from the workers' transfer logs).
+
+``compare_to=run`` (a stored run: ``"etl@-1"``, an id, a ``StoredRun``; or a live
+span) adds a comparison of the block's fine metrics with that run's, as the
+``Compare`` widget draws it, verdict first; the run's numbers are copied into
+the page, which stays self-contained. The run is looked up on entering the
+block, so a reference that names nothing fails before the work runs.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...core.profile_tree import Tree
 from ...core.spans import FOLDED_ID, is_default_span_id
@@ -44,6 +50,9 @@ from ..queries.memory_sampler import Periodic
 from ..queries.profile import profile, profile_metadata
 from ..snapshots import Metrics, SpanInfo, TaskStreamRecord, TransferLogs
 from ..source import Diagnosable, DiagnosticsSource
+
+if TYPE_CHECKING:
+    from ..history import compare as comparing
 
 T = TypeVar("T")
 
@@ -65,19 +74,27 @@ class performance_report:
         title: str = "kernel-cluster performance report",
         stacklevel: int = 1,
         memory_interval: float = 0.1,
+        compare_to: object = None,
     ):
-        """``memory_interval``: seconds between two samples of the cluster's memory."""
+        """``memory_interval``: seconds between two samples of the cluster's memory;
+        ``compare_to``: a run to compare the block with (see the module's docstring)."""
         self.filename = Path(filename)
         self.memory_interval = memory_interval
         self.client = client
         self.title = title
         self.stacklevel = stacklevel
+        self.compare_to = compare_to
         self.source: DiagnosticsSource | None = None
         self.html: str | None = None
+        self._baseline: comparing.Side | None = None
 
     def __enter__(self) -> performance_report:
         check_writable(self.filename)  # before the work runs, not after it
         self.source = src = source_of(self.client)
+        if self.compare_to is not None:  # a run that names nothing fails now, not after
+            from ..history import compare  # numpy and pandas: only when a report compares
+
+            self._baseline = compare.resolve(self.compare_to, src)
         frame = sys._getframe(self.stacklevel)
         self._code = _block_source(frame.f_code.co_filename, frame.f_lineno)
         self._filename = frame.f_code.co_filename
@@ -121,6 +138,13 @@ class performance_report:
         sections["bandwidth"] = _try(
             lambda: transfers(src.transfer_logs(), since=self._wall0, until=time.time())
         )
+        if self._baseline is not None:
+            from ..history import compare
+
+            block = compare.side_of_metrics(
+                metrics, "report", self.title, self._wall0, self._wall0 + duration
+            )
+            sections["compare"] = compare.Comparison(self._baseline, block).to_data()
         functions = {k[2] for k in metrics if k[0] == "execute" and len(k) == 5 and k[2]}
         progress = {p: st for p, st in (_try(src.progress) or {}).items() if p in functions}
         summary = {

@@ -4,21 +4,23 @@
 plugin does two things there:
 
 - it keeps what the scheduler does not: a numbered, bounded history of finished
-  tasks (the task stream, readable "since index N") and the number of tasks each
-  (span, prefix) ran (Dask's fine metrics count bytes and seconds, not tasks);
+  tasks (the task stream, readable "since index N"), the number of tasks each
+  (span, prefix) ran (Dask's fine metrics count bytes and seconds, not tasks), and
+  a numbered log of the spans that finished (for the run history: the spans a
+  task of which ended since the last read are checked, never every span);
 - it adds one handler, ``kernel_cluster_views``, that answers every read in one
   round trip with a snapshot built on the scheduler's event loop: plain tuples,
   dicts, strings and numbers, pickled, so tuple keys survive the trip.
 
 This module is pickled *by value*, so that a scheduler started elsewhere without
 this package can load it: it imports the standard library, ``distributed``/``dask``
-(which every Dask scheduler has), and two pure modules of this package's core that
-are pickled by value with it (``PICKLED_WITH``): core/span_folding.py (folding old
-default spans, as the engine's span tree does) and core/profile_tree.py (its
-``to_flat``, for profiles). Nothing else of ``kernel_cluster``. Reads that need the
-workers (profiles, their per-cycle counts, transfer logs) ask them concurrently,
-each answer bounded by a timeout, and leave out a worker that does not answer
-(killed, or stuck).
+(which every Dask scheduler has), and three pure modules of this package's core
+that are pickled by value with it (``PICKLED_WITH``): core/span_folding.py (folding
+old default spans, as the engine's span tree does), core/profile_tree.py (its
+``to_flat``, for profiles) and core/finished_log.py (the finished spans' log).
+Nothing else of ``kernel_cluster``. Reads that need the workers (profiles, their
+per-cycle counts, transfer logs) ask them concurrently, each answer bounded by a
+timeout, and leave out a worker that does not answer (killed, or stuck).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from typing import Any
 from dask.utils import key_split
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ...core import profile_tree, span_folding
+from ...core import finished_log, profile_tree, span_folding
+from ...core.finished_log import FinishedLog, by_prefix, children_first, root_of
 from ...core.profile_tree import to_flat
 from ...core.span_folding import (
     DEFAULT,
@@ -46,7 +49,7 @@ from ...core.span_folding import (
 
 # the modules pickled by value with this one (dask_source._by_value): pure, standard
 # library only (tests/dask/test_plugin_alone.py checks both)
-PICKLED_WITH = (span_folding, profile_tree)
+PICKLED_WITH = (span_folding, profile_tree, finished_log)
 
 NAME = "kernel-cluster-views"
 HANDLER = "kernel_cluster_views"
@@ -61,6 +64,7 @@ FOLD_GRACE = 5.0  # seconds after a default span ends before it may fold (late h
 # a finished span's snapshot is reused for this long unless one of its tasks finished since
 # (reading every span on every poll would cost the scheduler ~0.1 ms per span)
 SNAPSHOT_SECONDS = 2.0
+FINISHED_LENGTH = 4096  # finished spans kept for the readers of the run history
 
 # a task stream record: (index, key, prefix, span_id, worker, thread, status, nbytes,
 # ((action, start, stop, source), ...))
@@ -86,6 +90,8 @@ class ViewsPlugin(SchedulerPlugin):
         self._snapshots: dict[str, tuple[float, dict[str, Any]]] = {}  # id -> (made, snapshot)
         self._touched: set[str | None] = set()  # spans a task of which finished since
         self.fold_grace = FOLD_GRACE
+        self._ending: set[str | None] = set()  # the same, for the finished-span log
+        self.finished: FinishedLog[str] = FinishedLog(FINISHED_LENGTH)  # span ids, as they end
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -104,6 +110,7 @@ class ViewsPlugin(SchedulerPlugin):
         prefix = ts.prefix.name if ts is not None else key_split(key)
         span_id = ts.group.span_id if ts is not None else None
         self._touched.add(span_id)
+        self._ending.add(span_id)
         if span_id in self.folded:
             span_id = FOLDED_ID
         counts = self.counts.get(span_id)
@@ -157,6 +164,7 @@ class ViewsPlugin(SchedulerPlugin):
             "hello": self.hello,
             "metrics": self.metrics,
             "spans": self.spans,
+            "finished_spans": self.finished_spans,
             "span_metrics": self.span_metrics,
             "progress": self.progress,
             "info": self.info,
@@ -358,6 +366,45 @@ class ViewsPlugin(SchedulerPlugin):
         if self.fold is not None:
             out.append(self._fold_snapshot(self.fold))
         return out
+
+    def _collect_finished(self) -> None:
+        """Log the spans (and their parents) a task of which ended since the last look
+        and that are done now, children first."""
+        ext = self.scheduler.extensions.get("spans")
+        if ext is None:
+            self._ending.clear()
+            return
+        candidates: dict[str, Any] = {}
+        for span_id in self._ending:
+            node = ext.spans.get(span_id)
+            while node is not None and node.id not in candidates:
+                candidates[node.id] = node
+                node = node.parent
+        self._ending.clear()
+        for span in children_first(candidates.values()):
+            if span.done and any(True for _ in span.traverse_groups()):
+                self.finished.append(span.id)
+
+    async def finished_spans(
+        self, cursor: int = 0, timeout: float = 3.0
+    ) -> tuple[int, int, list[dict[str, Any]]]:
+        """``(cursor, missed, records)``: the spans logged as finished since ``cursor``,
+        read after two heartbeats of every worker (their last tasks' metrics)."""
+        self._collect_finished()
+        ids, count, missed = self.finished.since(cursor)  # another scheduler's cursor: 0
+        if not ids:
+            return count, missed, []
+        await self._fresh(True, timeout)
+        ext = self.scheduler.extensions["spans"]
+        workers = len(self.scheduler.workers)
+        threads = int(self.scheduler.total_nthreads)
+        out = []
+        for span in filter(None, map(ext.spans.get, ids)):  # (a span Dask forgot: None)
+            tasks, nbytes = by_prefix(span.traverse_groups())
+            snap = self._snapshot(span)
+            record = {"span": snap, "root": root_of(span).id, "tasks": tasks, "nbytes": nbytes}
+            out.append({**record, "workers": workers, "threads": threads})
+        return count, missed, out
 
     def _snapshot(self, span: Any) -> dict[str, Any]:
         states = dict.fromkeys(STATES, 0)

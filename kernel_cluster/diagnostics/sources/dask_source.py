@@ -47,6 +47,10 @@ Mapping Dask's data to the protocol, and where they differ:
   lives: tasks of a function submitted under a new span while earlier tasks of it
   are still held land in the earlier span, and a loop of ``submit(f).result()``
   may reuse one default span rather than making one per iteration.
+- Finished spans (the run history). The plugin logs a span as finished when, after
+  one of its tasks ended, every task of its subtree is done (Dask's ``Span.done``);
+  the read waits for two heartbeats of every worker first, so that the spans'
+  last metrics are in.
 - Task stream. Kept by the plugin from the moment it is installed (earlier tasks
   are not in it), numbered, the last ``STREAM_LENGTH`` records.
 - Profiles. Dask's workers' statistical profiles, read per worker and flattened on
@@ -79,6 +83,8 @@ import cloudpickle
 from ..snapshots import (
     ClusterInfo,
     CodeFrame,
+    FinishedSpan,
+    FinishedSpans,
     FlatRow,
     MemorySnapshot,
     Metrics,
@@ -330,6 +336,28 @@ class DaskSource:
             list[dict[str, Any]], self._read("spans", self.timeout + 3 * refresh, refresh=refresh)
         )
         return [_span(s) for s in raw]
+
+    def finished_spans(self, cursor: int = 0) -> FinishedSpans:
+        raw = self._read("finished_spans", self.timeout + 3, cursor=cursor)
+        new_cursor, missed, records = cast(tuple[int, int, list[dict[str, Any]]], raw)
+        return FinishedSpans(
+            tuple(
+                FinishedSpan(
+                    span=_span(r["span"]),
+                    root=str(r["root"]),
+                    tasks={
+                        str(p): {str(k): int(v) for k, v in c.items()}
+                        for p, c in r["tasks"].items()
+                    },
+                    nbytes={str(p): int(n) for p, n in r["nbytes"].items()},
+                    workers=int(r["workers"]),
+                    threads=int(r["threads"]),
+                )
+                for r in records
+            ),
+            int(new_cursor),
+            int(missed),
+        )
 
     def progress(self) -> dict[str, dict[str, int]]:
         return cast(dict[str, dict[str, int]], self._read("progress"))

@@ -16,11 +16,14 @@ from typing import Any, cast
 
 import psutil
 
+from ...core.span_summary import summarize
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
 from ..snapshots import (
     ClusterInfo,
+    FinishedSpan,
+    FinishedSpans,
     FlatRow,
     MemorySnapshot,
     Metrics,
@@ -65,6 +68,24 @@ class EngineSource:
         if refresh:
             loop.run(self.cluster.scheduler.refresh_metrics)
         return loop.run(lambda: [snapshot_span(s) for s in tree.spans.values()])
+
+    def finished_spans(self, cursor: int = 0) -> FinishedSpans:
+        """Three short calls on the loop: which spans finished (the tree's log), a
+        heartbeat from every worker if any did (their last tasks' metrics), and their
+        snapshots. Nothing is read when nothing finished."""
+        loop = self.cluster.loop_thread
+        scheduler = self.cluster.scheduler
+        finished = loop.run(scheduler.spans.finished_since, cursor)
+        if not finished.spans:
+            return FinishedSpans((), finished.cursor, finished.missed)
+        loop.run(scheduler.refresh_metrics)
+
+        def read() -> tuple[FinishedSpan, ...]:
+            workers = len(scheduler.state.workers)
+            threads = scheduler.state.total_nthreads
+            return tuple(snapshot_finished(s, workers, threads) for s in finished.spans)
+
+        return FinishedSpans(loop.run(read), finished.cursor, finished.missed)
 
     def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[Metrics, str]:
         loop = self.cluster.loop_thread
@@ -233,6 +254,32 @@ def snapshot_span(span: Span) -> SpanInfo:
         metrics=span.cumulative_worker_metrics,
         code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
     )
+
+
+def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
+    """A finished span with its tasks and result bytes per task prefix (on the loop:
+    one pass over its subtree, ``summarize``, as the recorder reads every span)."""
+    s = summarize(span)
+    root = span
+    while root.parent is not None:
+        root = root.parent
+    info = SpanInfo(
+        id=span.id,
+        name=tuple(span.name),
+        parent=span.parent.id if span.parent is not None else None,
+        children=tuple(c.id for c in span.children),
+        enqueued=span.enqueued,
+        start=s.start,
+        stop=s.stop,
+        duration=sum(s.all_durations.values()),
+        nbytes_total=s.nbytes_total,
+        states=s.states,
+        done=s.done,
+        active_cpu_seconds=s.active_cpu_seconds,
+        metrics=s.metrics,
+        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
+    )
+    return FinishedSpan(info, root.id, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
 
 
 class _ProcessCpu:
