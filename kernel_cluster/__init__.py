@@ -27,6 +27,7 @@ _LAZY = {
     "Profiler": "kernel_cluster.local_diagnostics.profilers",
     "ProgressBar": "kernel_cluster.local_diagnostics.progress_bar",
     "ResourceProfiler": "kernel_cluster.local_diagnostics.profilers",
+    "fine_metrics": "kernel_cluster.diagnostics.queries.fine_metrics",  # pandas
     "get_sync": "kernel_cluster.local_diagnostics.sync",
     "sizeof": "kernel_cluster.core.sizeof",
     "visualize": "kernel_cluster.local_diagnostics.plots",
@@ -88,6 +89,7 @@ __all__ = [
     "attach",
     "compare",
     "context_meter",
+    "fine_metrics",
     "get_annotations",
     "get_client",
     "get_sync",

@@ -17,7 +17,6 @@ run, the user's code that made it (``placement``).
 from __future__ import annotations
 
 import linecache
-import os
 import pickle
 import sys
 import uuid
@@ -31,6 +30,7 @@ from ..core.annotations import current_span
 from ..core.keys import Key, validate_key
 from ..core.scheduler_messages import GraphSubmitted
 from ..core.spec import Call, Ref, TaskSpec, graph_order, holds_refs
+from ..core.user_frames import is_library_frame
 from ..diagnostics.spans import note_submission
 from ..engine import code_sources
 from ..engine.comm import SerializationError
@@ -250,18 +250,19 @@ def placement(workers: Iterable[str] | str | None, loose: bool, code_frames: int
     return out or None
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kernel_cluster/
 CodeFrame = tuple[str, int, str, str]  # (filename, line, function, source line)
 _code_cache: dict[tuple[str, int], CodeFrame] = {}
 
 
 def user_code(nframes: int) -> tuple[CodeFrame, ...]:
-    """(filename, line, function, source line) of the user's frames calling us."""
+    """(filename, line, function, source line) of the user's frames calling us, innermost
+    first; library frames (this package, dask, the standard library, installed
+    packages: ``core.user_frames``) are skipped, as Dask skips its own."""
     frame: FrameType | None = sys._getframe(2)
     out: list[CodeFrame] = []
     while frame is not None and len(out) < nframes:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:
+        if not is_library_frame(frame):
+            filename = frame.f_code.co_filename
             where = (filename, frame.f_lineno)
             entry = _code_cache.get(where)
             if entry is None:

@@ -209,8 +209,9 @@ class Span:
 
     @property
     def cumulative_worker_metrics(self) -> dict[tuple[Any, ...], float]:
-        """``("execute", prefix, activity, unit)`` summed over the subtree, plus ``idle``:
-        the thread-seconds the span had and did not use, so that its seconds add up to
+        """``("execute", prefix, activity, unit)`` summed over the subtree, plus Dask's
+        ``("execute", "N/A", "idle or other spans", "seconds")``: the thread-seconds the
+        span had and its tasks did not use, so that its seconds add up to
         ``active_cpu_seconds``."""
         out: dict[tuple[Any, ...], float] = {}
         for span in self.traverse_spans():

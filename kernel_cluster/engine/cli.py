@@ -24,6 +24,7 @@ from collections.abc import Callable
 from .comm import TOKEN_ENV, secret_from_env, secret_from_file
 from .config import WorkerConfig
 from .leftovers import remove_cluster_directory, write_owner_file
+from .shared_memory import remove_segments_of
 from .worker_process import serve
 
 
@@ -102,11 +103,13 @@ def _wait_for_owner_death(owner_pid: int | None, timeout: float = 2.0) -> None:
 
 
 def _clean_up(config: WorkerConfig) -> None:
-    """Remove what this worker leaves on disk: its directory (spill files), and, when
+    """Remove what this worker leaves on disk: its directory (spill files), its shared
+    memory segments not claimed, and, when
     its owner died without cleaning up, the owner's directory once no other worker's
     directory is left in it (the last worker to go removes it)."""
     if config.remove_local_directory and config.local_directory:
         shutil.rmtree(config.local_directory, ignore_errors=True)
+    remove_segments_of(os.getpid())  # made for readers that never claimed them
     if config.cluster_directory and _owner_gone(config.owner_pid):
         remove_cluster_directory(config.cluster_directory)
 

@@ -27,6 +27,7 @@ from .nanny import Nanny
 from .offload import Offloader
 from .peers import InProcessPeers
 from .scheduler import Scheduler
+from .shared_memory import SharedMemory, sweep_stale_segments
 from .tcp_workers import ConnectionPool, RemoteData, SchedulerServer
 from .worker import Worker
 
@@ -55,6 +56,7 @@ class WorkerSettings(TypedDict, total=False):
     profile_interval: float
     profile_cycle_interval: float
     transfer_log_length: int
+    shared_memory_limit: int | None
     local_directory: str | None
 
 
@@ -134,6 +136,7 @@ class KernelCluster:
         if root is not None:
             os.makedirs(root, exist_ok=True)
         sweep_stale_directories(root)  # left by kernels that were killed
+        sweep_stale_segments()  # their workers' shared memory not claimed
         self.local_directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
         write_owner_file(self.local_directory)
         # the secret on disk (mode 0600) lets `kernel-cluster-worker --token-file` join
@@ -144,7 +147,10 @@ class KernelCluster:
         self.unpickling = Offloader(f"{self.name}-unpickle", self.worker_config.serialize_timeout)
         if processes:
             self.unpickling.start()
-        self.peers = InProcessPeers(RemoteData(self.pool, offloader=self.unpickling))
+        # a reader of shared memory only: the kernel's gather takes large values there
+        self.peers = InProcessPeers(
+            RemoteData(self.pool, offloader=self.unpickling, shared=SharedMemory(0))
+        )
         self.dispatcher = Dispatcher()
         self.loop_thread = LoopThread(f"{self.name}-loop")
         self.scheduler: Scheduler = self.loop_thread.run(

@@ -97,6 +97,14 @@ class WorkerConfig:
     transfer_log_length: int = field(
         default=10_000, metadata={"help": "transfers in and out kept for the reports"}
     )
+    # large values go to readers on this machine through /dev/shm (shared_memory.py)
+    shared_memory_limit: int | None = field(
+        default=None,
+        metadata={
+            "help": "bytes of shared memory a worker process's outgoing transfers may hold "
+            "at once (default: what /dev/shm has free; 0: none, all over the socket)"
+        },
+    )
     local_directory: str | None = field(
         default=None,
         metadata={
@@ -136,6 +144,14 @@ class WorkerConfig:
         _whole("nthreads", self.nthreads, 1)
         _whole("memory_limit", self.memory_limit, 0, what="a byte count")
         _whole("transfer_log_length", self.transfer_log_length, 0)
+        if self.shared_memory_limit is not None:
+            _whole(
+                "shared_memory_limit",
+                self.shared_memory_limit,
+                0,
+                what="a byte count",
+                optional=True,
+            )
         if self.owner_pid is not None:
             _whole("owner_pid", self.owner_pid, 1, what="a process id", optional=True)
         for name in ("fine_metrics", "profile", "remove_local_directory"):

@@ -28,6 +28,7 @@ import psutil
 from .comm import TOKEN_ENV
 from .config import WorkerConfig
 from .pulse import read_pulse
+from .shared_memory import remove_segments_of
 from .slots import read_running
 
 if TYPE_CHECKING:
@@ -297,6 +298,7 @@ class Nanny:
         # a process that crashed could not remove its directory (spill files, slots, now
         # read): its name is not used again, so nothing else will
         shutil.rmtree(os.path.join(self.local_directory, wp.name), ignore_errors=True)
+        remove_segments_of(wp.proc.pid)  # made for readers that had not claimed them
         if wp.stopping or self.status() not in ("running", "starting"):
             return
         if not wp.registered.is_set():

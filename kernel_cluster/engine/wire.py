@@ -188,6 +188,9 @@ class GetData:
     keys: Any
     who: str = ""
     max_size: int | None = None  # the largest reply the requester accepts
+    # the requester's shared memory (engine/shared_memory.py, ``identity``): large
+    # values may come as SharedValues there; "" for none
+    shm: str = ""
 
 
 @dataclass(slots=True)
