@@ -473,7 +473,7 @@ class ViewsPlugin(SchedulerPlugin):
                 "pid": int(ws.pid) if ws.pid else None,
                 "host": ws.host,
                 "last_seen": float(ws.last_seen) if ws.last_seen else None,
-                **_worker_load(ws.metrics or {}),
+                "load": dict(ws.metrics or {}),  # its last heartbeat: the worker table's
             }
         return {
             "workers": workers,
@@ -595,18 +595,3 @@ def _seconds(value: str | float) -> float:
     from dask.utils import parse_timedelta
 
     return float(parse_timedelta(value, default="ms"))
-
-
-def _worker_load(metrics: dict[str, Any]) -> dict[str, Any]:
-    """What the worker table shows, from a worker's last heartbeat: tasks executing
-    and ready, results held and spilled, CPU percent."""
-    counts = metrics.get("task_counts") or {}
-    spilled = metrics.get("spilled_bytes") or {}
-    cpu = metrics.get("cpu")
-    return {
-        "executing": int(counts.get("executing", 0)),
-        "ready": int(counts.get("ready", 0)) + int(counts.get("constrained", 0)),
-        "managed": int(metrics.get("managed_bytes") or 0),
-        "spilled": int(spilled.get("disk") or 0),
-        "cpu": float(cpu) if isinstance(cpu, int | float) else None,
-    }

@@ -471,6 +471,10 @@ def _span(s: Mapping[str, Any]) -> SpanInfo:
 
 
 def _worker(address: str, w: Mapping[str, Any]) -> WorkerInfo:
+    # the worker table's counts, from the worker's last heartbeat metrics
+    load = w.get("load") or {}
+    counts = load.get("task_counts") or {}
+    cpu = load.get("cpu")
     return WorkerInfo(
         address=address,
         name=w["name"],
@@ -483,11 +487,11 @@ def _worker(address: str, w: Mapping[str, Any]) -> WorkerInfo:
         memory_bytes=int(w["memory"]),
         pid=w["pid"],
         last_seen=w["last_seen"],
-        executing=w.get("executing"),
-        ready=int(w.get("ready", 0)),
-        managed_bytes=w.get("managed"),
-        spilled_bytes=int(w.get("spilled", 0)),
-        cpu_percent=w.get("cpu"),
+        executing=int(counts.get("executing", 0)),
+        ready=int(counts.get("ready", 0)) + int(counts.get("constrained", 0)),
+        managed_bytes=int(load.get("managed_bytes") or 0),
+        spilled_bytes=int((load.get("spilled_bytes") or {}).get("disk") or 0),
+        cpu_percent=float(cpu) if isinstance(cpu, int | float) else None,
     )
 
 
