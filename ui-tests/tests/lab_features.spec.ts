@@ -130,7 +130,7 @@ test('open all views as tabs, in one area beside the notebook; the palette lists
   await page.notebook.runCell(1);
   await openSidebar(page);
   await sidebar(page).locator('button.kc-lab-open-all').click();
-  await expect(page.locator('.kc-lab-panel')).toHaveCount(7);
+  await expect(page.locator('.kc-lab-panel')).toHaveCount(8); // every view, Compare too
   const bars = await page.evaluate(() => {
     const tabs = [...document.querySelectorAll('.lm-DockPanel-tabBar .lm-TabBar-tab')].filter((t) => (t as HTMLElement).dataset.id?.startsWith('kernel-cluster-'));
     return new Set(tabs.map((t) => t.closest('.lm-TabBar'))).size;

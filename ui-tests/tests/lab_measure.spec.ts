@@ -93,7 +93,7 @@ test('bytes per second by feed, every panel open, on the demo workload', async (
   await page.notebook.runCell(0);
   await openSidebar(page);
   await sidebar(page).locator('button.kc-lab-open-all').click();
-  await expect(page.locator('.kc-lab-panel')).toHaveCount(7);
+  await expect(page.locator('.kc-lab-panel')).toHaveCount(8); // every view, Compare too
   await page.notebook.activate(DEMO);
   const before = await stats(page, DEMO);
   await page.notebook.runCell(1, true);
