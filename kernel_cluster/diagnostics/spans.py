@@ -60,6 +60,14 @@ def span(*tags: str) -> Iterator[str]:
             raise TypeError(
                 f"span tags must be non-empty strings; got {tag!r} ({type(tag).__name__})."
             )
+        if not tag.isascii():
+            try:
+                tag.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"span tag {tag!r} holds a lone surrogate, which is not valid Unicode "
+                    "text: no view could show it. Give valid text."
+                ) from None
     with _dask_span(tags) as dask_ids:
         name, ids = current_span.get() or ((), ())
         for tag in tags:

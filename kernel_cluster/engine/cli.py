@@ -3,7 +3,9 @@ nanny in engine/cluster.py starts it): join a cluster running elsewhere on this 
 
 The cluster's secret comes from the ``KERNEL_CLUSTER_TOKEN`` environment variable
 (hex) or from ``--token-file``, never from the command line, where other users of
-the machine could read it in the process list.
+the machine could read it in the process list. The variable is removed from the
+worker's environment once read, so that tasks and the processes they start do not
+inherit it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     secret = secret_from_file(args.token_file) if args.token_file else secret_from_env()
+    # read once: tasks, and the processes they start, inherit the environment
+    os.environ.pop(TOKEN_ENV, None)
     if secret is None:
         print(
             f"kernel-cluster-worker: no secret; set {TOKEN_ENV} or pass --token-file.",

@@ -119,7 +119,7 @@ def cluster_summary(source: DiagnosticsSource, info: ClusterInfo | None = None) 
         "memory_limit": sum(w.memory_limit_bytes or 0 for w in workers.values()),
         "tasks": {
             "in_flight": now["processing"],
-            "waiting": now["waiting"] + now["queued"],
+            "waiting": now["waiting"] + now["queued"] + now["no-worker"],
             "done": ever["memory"] + ever["forgotten"],
             "erred": ever["erred"],
         },
@@ -139,12 +139,17 @@ def memory_sample(source: DiagnosticsSource, now: float) -> list[float] | None:
 def _number_or_none(value: Any) -> float | None:
     if value is None:
         return None
-    try:  # an int too large for a float (10**400) is refused like infinity
-        number = None if isinstance(value, bool) else float(value)
-    except (TypeError, ValueError, OverflowError):
-        number = None
-    if number is None or not isinstance(value, int | float) or not math.isfinite(number):
-        raise ValueError(f"expected a finite number or null, got {value!r:.40}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a finite number or null, got {value!r}")
+    try:
+        number = float(value)  # an int past a float's range raises OverflowError
+    except OverflowError:  # only an int can overflow here
+        bits = value.bit_length() if isinstance(value, int) else 0
+        raise ValueError(
+            f"expected a finite number or null, got an integer of {bits} bits"
+        ) from None
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number or null, got {value!r}")
     return number
 
 

@@ -35,7 +35,7 @@ _STRATEGIES = {
     "profile_cycle_interval": _seconds,
     "transfer_log_length": st.integers(0, 10**7),
     "shared_memory_limit": st.none() | st.integers(0, 2**50),
-    "local_directory": st.none() | _text,
+    "local_directory": st.none() | _text.filter(bool),  # "" is refused
     "remove_local_directory": st.booleans(),
     "cluster_directory": st.none() | _text,
     "owner_pid": st.none() | st.integers(1, 2**22),

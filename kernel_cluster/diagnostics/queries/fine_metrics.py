@@ -32,6 +32,16 @@ def fine_metrics(
     source = source_of(client)
     if span is None:
         return to_frame(source.fine_metrics(), unit=unit)
+    if isinstance(span, list):
+        span = tuple(span)
+    if not (
+        (isinstance(span, str) and span)
+        or (isinstance(span, tuple) and span and all(isinstance(t, str) for t in span))
+    ):
+        raise TypeError(
+            f"fine_metrics(span={span!r}): give a span's id (what `with span(...)` "
+            "yields), a tag, or a tuple of tags, as str."
+        )
     metrics, label = source.span_metrics(span)
     return span_frame(metrics, label, unit=unit)
 
