@@ -57,6 +57,7 @@ from .wire import (
 )
 
 logger = logging.getLogger(__name__)
+_LOAD = ("executing", "ready", "managed", "spilled")  # heartbeat: the worker table
 
 ReportHandler = Callable[[list[ReportKey], int], None]
 
@@ -587,11 +588,7 @@ class Scheduler:
                     "memory": self.worker_info.get(ws.address, {}).get("memory", 0),
                     "pid": self.worker_info.get(ws.address, {}).get("pid"),
                     "last_seen": self.worker_info.get(ws.address, {}).get("last_seen"),
-                    # as of its last heartbeat (the worker table)
-                    **{
-                        k: self.worker_info.get(ws.address, {}).get(k, 0)
-                        for k in ("executing", "ready", "managed", "spilled")
-                    },
+                    **{k: self.worker_info.get(ws.address, {}).get(k, 0) for k in _LOAD},
                 }
                 for ws in self.state.workers.values()
             },
