@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from ...core.span_summary import summarize
+from ...core.span_summary import SpanCapture, capture, summarize_capture
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
@@ -66,8 +66,10 @@ class EngineSource:
 
     def finished_spans(self, cursor: int = 0) -> FinishedSpans:
         """Three short calls on the loop: which spans finished (the tree's log), a
-        heartbeat from every worker if any did (their last tasks' metrics), and their
-        snapshots. Nothing is read when nothing finished."""
+        heartbeat from every worker if any did (their last tasks' metrics), and copies
+        of their numbers (``span_summary.capture``); the sums and snapshots are made
+        here, on the caller's thread (the recorder's), off the loop. Nothing is read
+        when nothing finished."""
         loop = self.cluster.loop_thread
         scheduler = self.cluster.scheduler
         finished = loop.run(scheduler.spans.finished_since, cursor)
@@ -75,12 +77,13 @@ class EngineSource:
             return FinishedSpans((), finished.cursor, finished.missed)
         loop.run(scheduler.refresh_metrics)
 
-        def read() -> tuple[FinishedSpan, ...]:
-            workers = len(scheduler.state.workers)
-            threads = scheduler.state.total_nthreads
-            return tuple(snapshot_finished(s, workers, threads) for s in finished.spans)
+        def read() -> tuple[list[_Captured], int, int]:
+            state = scheduler.state
+            return [_capture(s) for s in finished.spans], len(state.workers), state.total_nthreads
 
-        return FinishedSpans(loop.run(read), finished.cursor, finished.missed)
+        captured, workers, threads = loop.run(read)
+        spans = tuple(_finished_span(c, workers, threads) for c in captured)
+        return FinishedSpans(spans, finished.cursor, finished.missed)
 
     def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[Metrics, str]:
         loop = self.cluster.loop_thread
@@ -247,19 +250,43 @@ def snapshot_span(span: Span) -> SpanInfo:
     )
 
 
-def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
-    """A finished span with its tasks and result bytes per task prefix (on the loop:
-    one pass over its subtree, ``summarize``, as the recorder reads every span)."""
-    s = summarize(span)
+class _Captured(NamedTuple):
+    """A finished span's fields as copied on the loop (``_capture``)."""
+
+    id: str
+    name: tuple[str, ...]
+    parent: str | None
+    children: tuple[str, ...]
+    enqueued: float
+    code: tuple[Any, ...]
+    root: str
+    numbers: SpanCapture
+
+
+def _capture(span: Span) -> _Captured:
     root = span
     while root.parent is not None:
         root = root.parent
+    return _Captured(
+        span.id,
+        tuple(span.name),
+        span.parent.id if span.parent is not None else None,
+        tuple(c.id for c in span.children),
+        span.enqueued,
+        tuple(span.code),  # its stacks are tuples; the list grows
+        root.id,
+        capture(span),
+    )
+
+
+def _finished_span(c: _Captured, workers: int, threads: int) -> FinishedSpan:
+    s = summarize_capture(c.numbers)
     info = SpanInfo(
-        id=span.id,
-        name=tuple(span.name),
-        parent=span.parent.id if span.parent is not None else None,
-        children=tuple(c.id for c in span.children),
-        enqueued=span.enqueued,
+        id=c.id,
+        name=c.name,
+        parent=c.parent,
+        children=c.children,
+        enqueued=c.enqueued,
         start=s.start,
         stop=s.stop,
         duration=sum(s.all_durations.values()),
@@ -268,9 +295,9 @@ def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
         done=s.done,
         active_cpu_seconds=s.active_cpu_seconds,
         metrics=s.metrics,
-        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
+        code=tuple(tuple(tuple(frame) for frame in stack) for stack in c.code),
     )
-    return FinishedSpan(info, root.id, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
+    return FinishedSpan(info, c.root, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
 
 
 def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
