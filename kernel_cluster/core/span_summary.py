@@ -106,10 +106,14 @@ def _intervals(c: SpanCapture, end: float) -> float:
 
 
 def summarize_capture(c: SpanCapture) -> SpanSummary:
-    """A span's summary from its capture: runs on any thread."""
-    metrics: dict[tuple[Any, ...], float] = {}
-    for node_metrics in c.metrics:
-        add_metrics(metrics, node_metrics)
+    """A span's summary from its capture: runs on any thread, once per capture (the
+    summary takes the capture's copies as its own)."""
+    if len(c.metrics) == 1:
+        metrics = c.metrics[0]  # a copy already, and the summary's own
+    else:
+        metrics = {}
+        for node_metrics in c.metrics:
+            add_metrics(metrics, node_metrics)
     done = True
     start = stop = 0.0
     nbytes_total = 0
@@ -148,7 +152,7 @@ def summarize_capture(c: SpanCapture) -> SpanSummary:
         nbytes_total,
         states,
         active,
-        with_idle(metrics, active),
+        with_idle(metrics, active, copy=False),
         tasks,
         nbytes,
     )

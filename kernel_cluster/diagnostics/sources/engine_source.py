@@ -263,6 +263,30 @@ class _Captured(NamedTuple):
     numbers: SpanCapture
 
 
+_CODE_MAX = 1024
+_codes: dict[tuple[Any, ...], tuple[tuple[tuple[Any, ...], ...], ...]] = {}
+
+
+def _plain_code(code: tuple[Any, ...]) -> tuple[tuple[tuple[Any, ...], ...], ...]:
+    """``code``'s stacks and frames as tuples, made once per distinct ``code``: spans
+    made in a loop share it, and remaking it was a tenth of a finished span's cost.
+    Bounded; shared by threads (a dict's get and set are atomic)."""
+    try:
+        plain = _codes.get(code)
+    except TypeError:  # a frame as a list (unhashable)
+        plain = None
+        cacheable = False
+    else:
+        cacheable = True
+    if plain is None:
+        plain = tuple(tuple(tuple(frame) for frame in stack) for stack in code)
+        if cacheable:
+            if len(_codes) >= _CODE_MAX:
+                _codes.clear()
+            _codes[code] = plain
+    return plain
+
+
 def _capture(span: Span) -> _Captured:
     root = span
     while root.parent is not None:
@@ -295,7 +319,7 @@ def _finished_span(c: _Captured, workers: int, threads: int) -> FinishedSpan:
         done=s.done,
         active_cpu_seconds=s.active_cpu_seconds,
         metrics=s.metrics,
-        code=tuple(tuple(tuple(frame) for frame in stack) for stack in c.code),
+        code=_plain_code(c.code),
     )
     return FinishedSpan(info, c.root, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
 
