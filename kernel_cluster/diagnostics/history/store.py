@@ -108,11 +108,7 @@ def _pack(value: object) -> bytes:
     packer = getattr(_packers, "packer", None)
     if packer is None:
         packer = _packers.packer = msgpack.Packer(use_bin_type=True, default=str)
-    try:
-        return packer.pack(value)  # type: ignore[no-any-return]
-    except BaseException:
-        _packers.packer = None  # a failed pack may leave bytes in its buffer
-        raise
+    return packer.pack(value)  # type: ignore[no-any-return]  # a failed pack empties it
 
 
 def _unpack(blob: bytes) -> Any:
