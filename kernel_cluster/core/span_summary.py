@@ -4,8 +4,13 @@
 metrics) each walk the subtree again, and some call each other (stop asks done,
 the thread-seconds ask stop, the metrics ask the thread-seconds): reading them
 all walks a span's groups about ten times. The run history reads every span
-that finishes, on the engine's loop, so ``summarize`` reads them together, with
-the tasks and result bytes per task prefix the history keeps beside them.
+that finishes, so ``summarize`` reads them together, with the tasks and result
+bytes per task prefix the history keeps beside them.
+
+In two steps: ``capture`` on the engine's loop copies the subtree's dicts (a span
+that finished still changes: its tasks are forgotten, a heartbeat brings metrics,
+it may get tasks again, so it cannot be read from another thread), and
+``summarize_capture`` sums the copies on the reader's thread, off the loop.
 """
 
 from __future__ import annotations
