@@ -156,6 +156,16 @@ def loop_cpu(cluster: KernelCluster) -> float:
     return cluster.loop_thread.run(time.thread_time)
 
 
+def settle(cluster: KernelCluster, timeout: float = 60.0) -> None:
+    """Wait until the engine has forgotten the run's tasks: the loop's clock then counts
+    the history's reads, not the releases still on their way."""
+    deadline = time.monotonic() + timeout
+    while cluster.loop_thread.run(lambda: len(cluster.scheduler.state.tasks)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the engine still holds tasks after {timeout} s")
+        time.sleep(0.05)
+
+
 def per_span_parts(cluster: KernelCluster, client: Client, n_spans: int, settings) -> dict:
     """What recording a span costs, by part, in CPU microseconds (median of 3): the
     engine loop's (the finished spans' copies, on the loop thread's clock, and the
@@ -172,6 +182,7 @@ def per_span_parts(cluster: KernelCluster, client: Client, n_spans: int, setting
         for _ in range(3):
             cursor = cluster.loop_thread.run(tree.finished_since, 0).cursor
             spans_run(client, n_spans)
+            settle(cluster)
             before, t = loop_cpu(cluster), time.thread_time()
             got = source.finished_spans(cursor)
             snap.append((time.thread_time() - t) / len(got.spans))  # off the loop
