@@ -70,8 +70,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         parts["recorder: sums"], _ = fastest(
             lambda: [summarize_capture(c.numbers) for c in copies]  # type: ignore[union-attr]
         )
+
         # the sums take the copies as their own: each batch of snapshots copies again
-        copy = lambda: [engine_source._capture(s) for s in spans]  # noqa: E731
+        def copy() -> list:
+            return [engine_source._capture(s) for s in spans]
+
         fresh = [loop.run(copy) for _ in range(batches)]
         parts["recorder: snapshots (sums included)"], records = fastest(
             lambda: [engine_source._finished_span(c, 1, 2) for c in fresh.pop()]
