@@ -3,6 +3,7 @@
 from .client.client import Client, get_client
 from .client.futures import CancelledError, Future, as_completed, wait
 from .client.runs import attach, compare
+from .client.worker_client import worker_client
 from .core.scheduler_state import KilledWorker
 from .core.spec import GraphError
 from .diagnostics.history import history
@@ -13,6 +14,7 @@ from .engine.cluster import KernelCluster
 from .engine.config import WorkerConfig
 from .engine.plugins import SchedulerPlugin
 from .engine.process_meter import context_meter
+from .engine.secede import rejoin, secede
 from .jupyter.lab import register as _register_lab
 from .jupyter.lab import show
 from .jupyter.memory_chart import MemorySampler
@@ -27,6 +29,7 @@ _LAZY = {
     "Profiler": "kernel_cluster.local_diagnostics.profilers",
     "ProgressBar": "kernel_cluster.local_diagnostics.progress_bar",
     "ResourceProfiler": "kernel_cluster.local_diagnostics.profilers",
+    "fine_metrics": "kernel_cluster.diagnostics.queries.fine_metrics",  # pandas
     "get_sync": "kernel_cluster.local_diagnostics.sync",
     "sizeof": "kernel_cluster.core.sizeof",
     "visualize": "kernel_cluster.local_diagnostics.plots",
@@ -81,6 +84,7 @@ __all__ = [
     "attach",
     "compare",
     "context_meter",
+    "fine_metrics",
     "get_annotations",
     "get_client",
     "get_sync",
@@ -88,9 +92,12 @@ __all__ = [
     "history",
     "performance_report",
     "progress",
+    "rejoin",
+    "secede",
     "show",
     "sizeof",
     "span",
     "visualize",
     "wait",
+    "worker_client",
 ]

@@ -20,7 +20,10 @@ from ..core.scheduler_messages import ClientReleasedKeys, SchedulerEvent
 from ..diagnostics.sources.engine_source import EngineSource
 from ..engine.cluster import KernelCluster
 from ..engine.execute import unpack_exception
-from .futures import Future, FutureRegistry, FutureState
+from ..engine.loop import check_process
+from .futures import Future, FutureState
+from .graph_packing import send_main_by_value
+from .registry import FutureRegistry
 
 
 class ClientBase:
@@ -40,6 +43,11 @@ class ClientBase:
     _wait_all: Callable[[list[FutureState], bool], None]
 
     def __init__(self, client_id: str, cluster: KernelCluster, code_frames: int) -> None:
+        if isinstance(code_frames, bool) or not isinstance(code_frames, int) or code_frames < 0:
+            raise ValueError(
+                "code_frames must be a whole number >= 0 (frames of your code each span "
+                f"remembers; 0: none), got {code_frames!r}."
+            )
         self.id = client_id
         self.cluster = cluster
         self.code_frames = code_frames  # how many frames of the user's code a span keeps
@@ -64,6 +72,8 @@ class ClientBase:
         # workers in other processes get tasks as bytes, pickled here so that a
         # function or argument that cannot travel fails at submit, naming the task
         self._pickle_tasks = cluster.processes
+        if cluster.processes:
+            send_main_by_value()
         # the read-only DiagnosticsSource every view of this client's cluster reads
         self._source = EngineSource(cluster)
 
@@ -113,6 +123,7 @@ class ClientBase:
             return self._futures.refcount.get(key, 0) > 0
 
     def _check_running(self) -> None:
+        check_process(self._futures.pid, self.id)
         if self.status != "running":
             raise RuntimeError(f"{self.id} is closed; create a new Client().")
         if self.cluster.status != "running":
@@ -135,7 +146,7 @@ class ClientBase:
         raise NotImplementedError
 
     @abstractmethod
-    def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]:
+    def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict[Key, Any]:
         """The values of ``keys``, fetched from the workers (results.Results)."""
         raise NotImplementedError
 

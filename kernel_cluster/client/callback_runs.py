@@ -106,9 +106,9 @@ class _EngineRun:
         """Collect the value metrics, then the finish hooks (whatever happens before)."""
         try:
             if self.fns:
-                self.run.state["value_metrics"] = _collect_metrics(
-                    self.client, self.token, self.fns
-                )
+                metrics, errors = _collect_metrics(self.client, self.token, self.fns)
+                self.run.state["value_metrics"] = metrics
+                self.run.state["value_metric_errors"] = errors
         finally:
             self.run.finish(errored)
 
@@ -244,18 +244,21 @@ def _dispatch(run: CallbackRun, item: tuple[Any, ...], processes: bool) -> None:
 
 def _collect_metrics(
     client: Any, token: str, fns: tuple[Callable[[Any], Any], ...]
-) -> dict[Key, dict[Callable[[Any], Any], float]]:
-    """The metrics the workers kept for this computation, by key and function."""
+) -> tuple[dict[Key, dict[Callable[[Any], Any], float]], dict[Callable[[Any], Any], str]]:
+    """The metrics the workers kept for this computation, by key and function, and the
+    first error of each function that raised."""
     out: dict[Key, dict[Callable[[Any], Any], float]] = {}
+    errors: dict[Callable[[Any], Any], str] = {}
     try:
         if client.status != "running" or client.cluster.status != "running":
-            return out
+            return out, errors
         per_worker = client.run(value_metrics.take, token)
     except Exception:
         logger.warning("Could not collect the value metrics of %s from the workers", token)
-        return out
-    for kept in per_worker.values():
+        return out, errors
+    for kept, failed in per_worker.values():
         for key, values in kept.items():
-            if values is not None:
-                out[key] = dict(zip(fns, values))
-    return out
+            out[key] = dict(zip(fns, values, strict=True))
+        for i, text in failed.items():
+            errors.setdefault(fns[i], text)
+    return out, errors

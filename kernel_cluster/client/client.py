@@ -29,6 +29,7 @@ from .asynchronous import Asynchronous
 from .call_keys import funcname
 from .default import join_default, leave_default, own_cluster
 from .futures import run_callback
+from .graph_packing import worker_addresses
 from .results import Results
 from .runs import record_cluster
 from .submission import Submission
@@ -142,19 +143,31 @@ class Client(Submission, Results, Views):
         self,
         fn: Callable[..., Any],
         *args: Any,
-        workers: list[str] | None = None,
+        workers: list[str] | str | None = None,
         timeout: float | None = RUN_TIMEOUT,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``), with
-        ``dask_worker=worker`` too if ``fn`` takes that.
+        """Call ``fn(*args, **kwargs)`` on every worker (or those in ``workers``: an
+        address or a list of them), with ``dask_worker=worker`` too if ``fn`` takes that.
 
         Returns ``{worker_address: result}``; an exception on any worker is raised here.
         ``fn`` runs on the worker's event loop, as in Dask: a worker that has not
         answered within ``timeout`` seconds (None: no limit) raises RunTimeoutError, a
         TimeoutError naming ``fn``; the worker carries on once ``fn`` returns.
         """
+        if not callable(fn):
+            raise TypeError(f"run() needs a callable first, got {type(fn).__name__} {fn!r}.")
         self._check_running()
+        if workers is not None:
+            addresses = list(worker_addresses(workers, "workers"))
+            known = self._loop.run(lambda: set(self._scheduler.state.workers))
+            unknown = [a for a in addresses if a not in known]
+            if unknown:
+                raise ValueError(
+                    f"run(workers=...): {', '.join(map(repr, unknown))} is not a worker of "
+                    f"{self.cluster.name}; its workers are {', '.join(sorted(known)) or 'none'}."
+                )
+            workers = addresses
         if timeout is not None and (
             isinstance(timeout, bool)
             or not isinstance(timeout, numbers.Real)
@@ -216,11 +229,15 @@ class Client(Submission, Results, Views):
     # -- lifetime ---------------------------------------------------------------------
 
     def close(self) -> None:
+        """Release every future and leave the cluster (the default one closes with its
+        last client). Not from a done-callback or a task of the cluster: RuntimeError."""
         global _current_client
         if self.status == "newly-created":  # an asynchronous client never awaited
             self.status = "closed"
         if self.status == "closed":
             return
+        if self.cluster.status == "running" and self.cluster.in_this_process:
+            self.cluster.refuse_own_threads("Client.close()")
         with self._lock:
             self.status = "closing"
             self._futures.tracking = False

@@ -22,7 +22,11 @@ def join_default(client_id: str) -> KernelCluster:
     """
     global _default_cluster
     with _default_lock:
-        if _default_cluster is None or _default_cluster.status != "running":
+        if (
+            _default_cluster is None
+            or _default_cluster.status != "running"
+            or not _default_cluster.in_this_process  # a forked child's: its parent's
+        ):
             _default_cluster = KernelCluster()
             _default_users.clear()
         _default_users.add(client_id)

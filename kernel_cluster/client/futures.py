@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import copy
 import functools
-import numbers
 import queue
 import threading
 import time
@@ -20,7 +19,8 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 from ..core.keys import Key
-from ..core.scheduler_messages import ReportKey
+from ..engine.secede import while_waiting
+from .timeouts import check_timeout
 
 
 def task_error(state: Any) -> BaseException:
@@ -57,7 +57,7 @@ class FutureOwner(Protocol):
     def _inc_ref(self, key: Key) -> None: ...
     def _dec_ref(self, key: Key) -> None: ...
     def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
-    def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]: ...
+    def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict[Key, Any]: ...
     async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]: ...
     def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
 
@@ -98,20 +98,6 @@ def raise_if_failed(keys: Iterable[Key], states: Iterable[FutureState]) -> None:
             raise task_error(state)
         if state.status == "cancelled":
             raise _cancelled(state, key)
-
-
-def check_timeout(timeout: Any) -> None:
-    """A timeout is None (wait for ever) or a number of seconds, not negative."""
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise TypeError(
-            f"timeout={timeout!r} ({type(timeout).__name__}): give a number of seconds, "
-            "e.g. timeout=10, or None to wait until the future is done."
-        )
-    # (typeshed's numbers.Real declares no comparison with an int)
-    if not timeout >= 0:  # type: ignore[operator]  # negative or NaN
-        raise ValueError(f"timeout={timeout!r}: give a number of seconds >= 0, or None.")
 
 
 class FutureState:
@@ -195,13 +181,16 @@ class Future:
         if self.client.asynchronous:
             return self._result_async(timeout)
         try:
+            timeout = check_timeout(timeout)
+            deadline = None if timeout is None else time.monotonic() + timeout
             self.client._wait_for(self._state, self.key, timeout)
             status = self._state.status
             if status == "error":
                 raise task_error(self._state)
             if status == "cancelled":
                 raise _cancelled(self._state, self.key)
-            return self.client._gather_keys([self.key])[self.key]
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            return self.client._gather_keys([self.key], left)[self.key]
         finally:
             # A raised task error keeps this frame in its traceback, and the error object
             # is shared with the scheduler: holding the future here would keep its key
@@ -213,7 +202,7 @@ class Future:
         return self._result_async().__await__()
 
     async def _result_async(self, timeout: float | None = None) -> Any:
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)  # an infinite one waits as None does
         state, key, client = self._state, self.key, self.client
         try:
             await asyncio.wait_for(until_done(client, [state], False), timeout)
@@ -301,9 +290,15 @@ def wait(
 ) -> DoneAndNotDone:
     """Block until all (or the first, with ``return_when="FIRST_COMPLETED"``) are done."""
     futures = [fs] if isinstance(fs, Future) else list(fs)
+    for f in futures:
+        if not isinstance(f, Future):
+            raise TypeError(
+                f"wait() takes a future or futures (what submit, map and compute return), "
+                f"got {type(f).__name__} {f!r}."
+            )
     if return_when not in ("ALL_COMPLETED", "FIRST_COMPLETED"):
         raise ValueError(f"return_when={return_when!r}: use 'ALL_COMPLETED' or 'FIRST_COMPLETED'.")
-    check_timeout(timeout)
+    timeout = check_timeout(timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
     if return_when == "ALL_COMPLETED":
         for f in futures:
@@ -331,6 +326,11 @@ class as_completed:
             self.add(f)
 
     def add(self, future: Future) -> None:
+        if not isinstance(future, Future):
+            raise TypeError(
+                f"as_completed() takes futures (what submit, map and compute return), got "
+                f"{type(future).__name__} {future!r}."
+            )
         with self._lock:
             self._pending += 1
         future.client._on_done(future._state, lambda: self._queue.put(future))
@@ -344,13 +344,14 @@ class as_completed:
     def iter(self, timeout: float | None = None) -> Iterator[Any]:
         """The futures as they finish (with ``with_results``: ``(future, result)``
         pairs); ``TimeoutError`` if none finishes within ``timeout`` seconds."""
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         while True:
             with self._lock:
                 if self._pending == 0:
                     return
             try:
-                future = self._queue.get(timeout=timeout)
+                with while_waiting():  # a task waiting here lets others have its thread
+                    future = self._queue.get(timeout=timeout)
             except queue.Empty:
                 raise TimeoutError(f"No future finished within {timeout} s.") from None
             with self._lock:
@@ -362,20 +363,6 @@ class as_completed:
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter()
-
-
-def mark_cancelled(
-    st: FutureState, key: Key, reason: str | None = None
-) -> list[Callable[[], None]]:
-    """Finish ``st`` as cancelled (registry lock held); returns the callbacks to run."""
-    st.status = "cancelled"
-    st.exception = CancelledError(key, reason)
-    st.traceback = None
-    if st.event is not None:
-        st.event.set()
-    callbacks = st.callbacks or []
-    st.callbacks = None
-    return callbacks
 
 
 class UserCallback:
@@ -400,206 +387,3 @@ def run_callback(cb: Callable[[], None]) -> None:
         import logging
 
         logging.getLogger("kernel_cluster.client").exception("A future's done-callback raised")
-
-
-class FutureRegistry:
-    """A client's futures by key: one shared state per key, reference counts, and the
-    keys whose last future went, for the client to release on the scheduler.
-
-    The client composes one and shares its lock with it; ``schedule_flush()`` (lock
-    held) asks the client to send ``releases``. ``tracking`` is False once the client
-    stops running: released keys are then nobody's business.
-    """
-
-    def __init__(
-        self,
-        lock: threading.RLock,
-        schedule_flush: Callable[[], None],
-        unpack: Callable[[Any, Any], tuple[BaseException, Any]],
-        defer: Callable[[Callable[[], None]], None] | None = None,
-    ) -> None:
-        """``unpack(exception, traceback)``: an exception reported as bytes, rebuilt;
-        ``defer(fn)``: where the user's done-callbacks run when an outcome arrives from
-        the engine (its callback thread); None: right away."""
-        self.lock = lock
-        self._defer = defer
-        self.states: dict[Key, FutureState] = {}
-        self.refcount: dict[Key, int] = {}
-        self.releases: list[Key] = []
-        self.tracking = True
-        self._schedule_flush = schedule_flush
-        self._unpack = unpack
-        # client.compute's runs of local callbacks still calling hooks, by future
-        # state: waiting for such a future waits for its finish hooks too
-        self.hook_runs: dict[FutureState, tuple[threading.Event, threading.Thread]] = {}
-
-    # -- reference counting ------------------------------------------------------------
-
-    def inc_ref(self, key: Key) -> None:
-        with self.lock:
-            self.refcount[key] = self.refcount.get(key, 0) + 1
-
-    def dec_ref(self, key: Key) -> None:
-        with self.lock:
-            n = self.refcount.get(key, 0) - 1
-            if n > 0:
-                self.refcount[key] = n
-                return
-            self.refcount.pop(key, None)
-            self.states.pop(key, None)
-            if self.tracking:
-                self.releases.append(key)
-                self._schedule_flush()
-
-    def release_keys(self, keys: list[Key]) -> None:
-        with self.lock:
-            refcount = self.refcount
-            for key in keys:
-                n = refcount.get(key, 0) - 1
-                if n > 0:
-                    refcount[key] = n
-                    continue
-                refcount.pop(key, None)
-                self.states.pop(key, None)
-                if self.tracking:
-                    self.releases.append(key)
-            if self.releases:
-                self._schedule_flush()
-
-    def future(self, key: Key, seq: int, client: FutureOwner) -> Future:
-        """A future for ``key`` sharing the state of any other future for it (lock held)."""
-        state = self.states.get(key)
-        if state is None or state.status == "cancelled":
-            state = self.states[key] = FutureState(seq)
-        return Future(key, client, state)
-
-    def want(self, keys: list[Key], seq: int) -> list[FutureState]:
-        """States for ``keys``, each referenced once, without Future objects (lock held):
-        ``release_keys`` lets go of them in one go."""
-        states = []
-        for k in keys:
-            st = self.states.get(k)
-            if st is None or st.status == "cancelled":
-                st = self.states[k] = FutureState(seq)
-            self.refcount[k] = self.refcount.get(k, 0) + 1
-            states.append(st)
-        return states
-
-    # -- outcomes ----------------------------------------------------------------------
-
-    def apply_reports(self, reports: list[ReportKey], seq: int) -> None:
-        """The scheduler's ReportKey messages, sent after client event ``seq``."""
-        callbacks: list[Callable[[], None]] = []
-        with self.lock:
-            for r in reports:
-                st = self.states.get(r.key)
-                if st is None or st.seq > seq:
-                    continue  # about a future released (or re-made) since
-                if r.status == "lost":
-                    st.status = "pending"
-                    if st.event is not None:
-                        st.event.clear()
-                    continue
-                st.status = r.status
-                if r.exception is not None and not isinstance(r.exception, BaseException):
-                    st.exception, st.traceback = self._unpack(r.exception, r.traceback)
-                else:
-                    st.exception, st.traceback = r.exception, r.traceback
-                if st.event is not None:
-                    st.event.set()
-                if st.callbacks:
-                    callbacks.extend(st.callbacks)
-                    st.callbacks = None
-        defer = self._defer
-        for cb in callbacks:
-            if defer is not None and type(cb) is UserCallback:
-                defer(functools.partial(run_callback, cb))
-            else:
-                run_callback(cb)
-
-    def detach_cancelled(self, futures: list[Future]) -> list[Callable[[], None]]:
-        """Cancel these futures now and detach them from their keys (lock held):
-        submitting the same key again makes a fresh state, which the scheduler's (older)
-        answer does not touch. Returns the callbacks to run."""
-        callbacks: list[Callable[[], None]] = []
-        for f in futures:
-            if self.states.get(f.key) is f._state:
-                del self.states[f.key]
-            callbacks.extend(mark_cancelled(f._state, f.key))
-        return callbacks
-
-    def cancel_pending(self, reason: str) -> list[Callable[[], None]]:
-        """Cancel every future not done (lock held); returns the callbacks to run."""
-        callbacks: list[Callable[[], None]] = []
-        for key, st in self.states.items():
-            if not st.done():
-                callbacks.extend(mark_cancelled(st, key, reason))
-        return callbacks
-
-    # -- waiting -----------------------------------------------------------------------
-
-    def on_done(self, state: FutureState, callback: Callable[[], None]) -> None:
-        with self.lock:
-            if not state.done():
-                if state.callbacks is None:
-                    state.callbacks = []
-                state.callbacks.append(callback)
-                return
-        run_callback(callback)
-
-    def wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
-        check_timeout(timeout)
-        with self.lock:
-            if state.done():
-                event = None
-            else:
-                if state.event is None:
-                    state.event = threading.Event()
-                event = state.event
-        if event is not None and not event.wait(timeout):
-            raise TimeoutError(
-                f"Future {key!r} is not done after {timeout} s; the task keeps running."
-            )
-        if self.hook_runs:
-            self.wait_hooks([state])
-
-    def wait_hooks(self, states: list[FutureState]) -> None:
-        """Until the local callbacks following these futures (``client.compute`` in a
-        ``with Profiler():``) have run their finish hooks: a profiler's ``results``
-        are complete once ``result()`` returns. Not from a hook's own thread."""
-        me = threading.current_thread()
-        for st in states:
-            run = self.hook_runs.get(st)
-            if run is not None and run[1] is not me:
-                run[0].wait()
-
-    def wait_all(self, states: list[FutureState], fail_fast: bool) -> None:
-        """Until every state is done (or, with ``fail_fast``, one is not "finished").
-
-        One wake-up for the lot: waiting on each in turn costs the engine an event to
-        set and this thread a wake-up per result that lands while it sleeps.
-        """
-        latch = self.latch(states, fail_fast)
-        if latch is not None:
-            latch.event.wait()
-        if self.hook_runs:
-            self.wait_hooks([st for st in states if st.done()])
-
-    def latch(
-        self,
-        states: list[FutureState],
-        fail_fast: bool,
-        on_set: Callable[[], None] | None = None,
-    ) -> Latch | None:
-        """A latch whose event is set (and ``on_set`` called) once every state is done
-        (or, with ``fail_fast``, one is not "finished"); None if that is so already."""
-        with self.lock:
-            pending = [st for st in states if not st.done()]
-            if not pending or (fail_fast and any(st.status in FAILED for st in states)):
-                return None
-            latch = Latch(len(pending), fail_fast, on_set)
-            for st in pending:
-                if st.callbacks is None:
-                    st.callbacks = []
-                st.callbacks.append(functools.partial(latch.count_down, st))
-        return latch

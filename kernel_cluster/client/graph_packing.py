@@ -17,7 +17,6 @@ run, the user's code that made it (``placement``).
 from __future__ import annotations
 
 import linecache
-import os
 import pickle
 import sys
 import uuid
@@ -31,6 +30,7 @@ from ..core.annotations import current_span
 from ..core.keys import Key, validate_key
 from ..core.scheduler_messages import GraphSubmitted
 from ..core.spec import Call, Ref, TaskSpec, graph_order, holds_refs
+from ..core.user_frames import is_library_frame
 from ..diagnostics.spans import note_submission
 from ..engine import code_sources
 from ..engine.comm import SerializationError
@@ -88,8 +88,7 @@ def pack_call(
     if key is None:
         token = tokenize(function_token(fn), args2, kwargs2) if pure else uuid.uuid4().hex
         key = f"{funcname(fn)}-{token}"
-    else:
-        validate_key(key)
+    validate_key(key)
     spec = TaskSpec(Call(fn, args2, kwargs2), frozenset(deps))
     payload = dumps_task(key, spec, files) if client._pickle_tasks else spec
     event = GraphSubmitted(client.id, {key: payload}, {key: spec.dependencies}, [key], None, where)
@@ -112,6 +111,10 @@ def pack_map(
         raise TypeError(f"map() needs a callable first, got {type(fn).__name__} {fn!r}.")
     if not iterables:
         raise TypeError("map() needs at least one iterable of arguments.")
+    if key is not None and not isinstance(key, str | list):
+        raise TypeError(
+            f"map(key={key!r}): give a str (the keys' prefix) or a list of keys, one per task."
+        )
     columns = [list(it) for it in iterables]
     n = min(len(c) for c in columns)
     deps_kw: set[Key] = set()
@@ -119,11 +122,20 @@ def pack_map(
     if isinstance(key, list):
         if len(key) != n:
             raise ValueError(f"map() got {len(key)} keys for {n} tasks.")
-        for k in key:
+        first: dict[Key, int] = {}
+        for i, k in enumerate(key):
             validate_key(k)
+            j = first.setdefault(k, i)
+            if j != i:
+                raise ValueError(
+                    f"map() got the key {k!r} twice (items {j} and {i}): each task needs a "
+                    "key of its own. Give distinct keys, or leave key= out to have them made "
+                    "from the arguments."
+                )
         keys = key
     else:
         prefix = key if isinstance(key, str) else funcname(fn)
+        validate_key(prefix)
         keys = []
     ftoken = function_token(fn) if pure else ""
     pickled = client._pickle_tasks
@@ -211,6 +223,20 @@ def dumps_task(key: Key, spec: TaskSpec, files: set[str] | None = None) -> bytes
         ) from None
 
 
+def send_main_by_value() -> None:
+    """In a process that multiprocessing started with 'spawn' or 'forkserver', the
+    script's module is ``__mp_main__``: cloudpickle sends ``__main__``'s functions by
+    value, but would send these by reference, and a worker process cannot import
+    ``__mp_main__``. Have them sent by value too (once per process)."""
+    module = sys.modules.get("__mp_main__")
+    if (
+        module is not None
+        and getattr(module, "__name__", None) == "__mp_main__"
+        and "__mp_main__" not in cloudpickle.list_registry_pickle_by_value()
+    ):
+        cloudpickle.register_pickle_by_value(module)
+
+
 def dumps_library_tasks(
     specs: dict[Key, TaskSpec], files: set[str] | None = None
 ) -> dict[Key, bytes]:
@@ -233,6 +259,24 @@ def dumps_library_tasks(
     return out
 
 
+def worker_addresses(workers: Any, argument: str) -> tuple[str, ...]:
+    """``workers=`` as a tuple of addresses: one address (a str) or several; TypeError
+    naming the argument otherwise (``workers=5`` said "'int' object is not iterable")."""
+    if isinstance(workers, str):
+        return (workers,)
+    try:
+        addresses = tuple(workers)
+    except TypeError:
+        addresses = None
+    if addresses is None or not all(isinstance(a, str) for a in addresses):
+        raise TypeError(
+            f"{argument}={workers!r}: give a worker's address (a str, such as "
+            "'tcp://127.0.0.1:40123') or a list of them, as client.scheduler_info()"
+            "['workers'] lists them."
+        )
+    return addresses
+
+
 def placement(workers: Iterable[str] | str | None, loose: bool, code_frames: int = 1) -> Placement:
     """A submission's annotations: its span, where it may run, the code that made it."""
     out: dict[str, Any] = {}
@@ -243,25 +287,24 @@ def placement(workers: Iterable[str] | str | None, loose: bool, code_frames: int
     if code_frames:
         out["code"] = user_code(code_frames)
     if workers is not None:
-        if isinstance(workers, str):
-            workers = [workers]
-        out["workers"] = tuple(workers)
+        out["workers"] = worker_addresses(workers, "workers")
         out["allow_other_workers"] = loose
     return out or None
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # kernel_cluster/
 CodeFrame = tuple[str, int, str, str]  # (filename, line, function, source line)
 _code_cache: dict[tuple[str, int], CodeFrame] = {}
 
 
 def user_code(nframes: int) -> tuple[CodeFrame, ...]:
-    """(filename, line, function, source line) of the user's frames calling us."""
+    """(filename, line, function, source line) of the user's frames calling us, innermost
+    first; library frames (this package, dask, the standard library, installed
+    packages: ``core.user_frames``) are skipped, as Dask skips its own."""
     frame: FrameType | None = sys._getframe(2)
     out: list[CodeFrame] = []
     while frame is not None and len(out) < nframes:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) and "contextlib" not in filename:
+        if not is_library_frame(frame):
+            filename = frame.f_code.co_filename
             where = (filename, frame.f_lineno)
             entry = _code_cache.get(where)
             if entry is None:

@@ -4,6 +4,7 @@ workers; ``cancel`` stops what is not finished."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 from typing import Any, TypeVar, overload
 
@@ -56,10 +57,18 @@ class Results(ClientBase):
         data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
         return rebuild(futures, data)
 
-    def _gather_keys(self, keys: list[Key]) -> dict[Key, Any]:
+    def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict[Key, Any]:
+        """The values of ``keys``; ``timeout``: seconds to wait for values being computed
+        again (their worker died), then TimeoutError."""
         self._check_gather(keys)
         self._check_running()
-        data, missing = self._loop.run(self._scheduler.gather, keys)
+        if timeout is None:
+            data, missing = self._loop.run(self._scheduler.gather, keys)
+        else:  # the engine's own answer says why; ours only if its loop is stalled
+            deadline = time.monotonic() + timeout
+            data, missing = self._loop.run(
+                self._scheduler.gather, keys, deadline, timeout=timeout + 1.0
+            )
         return self._fetched(data, missing)
 
     async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]:

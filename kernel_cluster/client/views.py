@@ -37,13 +37,10 @@ class Views(ClientBase):
         function, activity, unit and value. ``unit=None`` keeps every unit; see
         ``kernel_cluster.diagnostics.queries.fine_metrics`` for the by-function and
         by-activity tables."""
-        from ..diagnostics.queries.fine_metrics import span_frame, to_frame
+        from ..diagnostics.queries import fine_metrics as queries
 
         self._check_running()
-        if span is None:
-            return to_frame(self.diagnostics.fine_metrics(), unit=unit)
-        metrics, label = self.diagnostics.span_metrics(span)
-        return span_frame(metrics, label, unit=unit)
+        return queries.fine_metrics(self.diagnostics, unit=unit, span=span)
 
     def get_task_stream(
         self,

@@ -94,12 +94,28 @@ def key_group(key: Key) -> str:
     return key_split(key)
 
 
+def _check_text(text: str, key: object) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"Task key {key!r} holds a lone surrogate ({text[exc.start]!r} at position "
+            f"{exc.start}), which is not valid Unicode text: no message, file or view "
+            "could carry it. Give a key of valid text (e.g. decode bytes with "
+            "errors='replace'), or bytes."
+        ) from None
+
+
 def validate_key(key: object) -> None:
     """Reject keys that cannot travel in messages or be compared reliably.
 
     NaN is not equal to itself: a key holding one could be stored but never found.
+    Text with a lone surrogate (``"x-\\ud800"``) has no UTF-8 form: no message to a
+    worker process, no file and no view could carry it.
     """
     if type(key) is str:
+        if not key.isascii():
+            _check_text(key, key)
         return
     if type(key) is float and key != key:
         raise ValueError(
@@ -115,6 +131,8 @@ def validate_key(key: object) -> None:
                     f"Task key {key!r} contains {type(part).__name__} {part!r}; tuple keys may "
                     "only hold str, int, float, bytes or nested tuples of those."
                 )
+            if type(part) is str and not part.isascii():
+                _check_text(part, key)
             if type(part) is float and part != part:
                 raise ValueError(
                     f"Task key {key!r} holds a NaN, which equals nothing (not even itself), "

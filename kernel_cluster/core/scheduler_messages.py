@@ -149,6 +149,28 @@ class CancelledTasksEnded(SchedulerEvent):
 
 
 @dataclass(slots=True)
+class CancelledTasksRunning(SchedulerEvent):
+    """Of the tasks freed while processing on ``worker``, these were running on its task
+    threads, and go on until they end (``CancelledTasksEnded`` then)."""
+
+    worker: str
+    keys: list[Key]
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
+class TaskSeceded(SchedulerEvent):
+    """The thread running ``key`` on ``worker`` waits for other tasks and gave its slot
+    back (``secede``): the task still runs there, but no longer fills a thread."""
+
+    key: Key
+    worker: str
+    stimulus_id: str = ""
+    time: float = 0.0
+
+
+@dataclass(slots=True)
 class ClientReleasedKeys(SchedulerEvent):
     client: str
     keys: list[Key]
@@ -273,3 +295,24 @@ class SetClusterBusy(SchedulerInstruction):
     op: ClassVar[str] = "cluster-busy"
     busy: bool
     stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class ReportNoWorker(SchedulerInstruction):
+    """Instruction: these tasks may only run on ``workers``, none of which is here (warn,
+    and send ``NoWorkerTimedOut`` with the same marks after ``no_workers_timeout``)."""
+
+    keys: list[tuple[Key, int]]  # (key, mark)
+    workers: frozenset[str]
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class NoWorkerTimedOut(SchedulerEvent):
+    """Event: the tasks of a ``ReportNoWorker`` waited ``timeout`` seconds; those still in
+    the same spell of ``no-worker`` fail."""
+
+    keys: list[tuple[Key, int]]
+    timeout: float
+    stimulus_id: str = ""
+    time: float = 0.0

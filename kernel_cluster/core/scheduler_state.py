@@ -30,8 +30,10 @@ from typing import Any
 from .blame import running_tasks
 from .keys import Key, key_group, key_split
 from .lazysets import EMPTY
+from .restrictions import NoValidWorkerError, none_present
 from .scheduler_messages import (
     CancelledTasksEnded,
+    CancelledTasksRunning,
     ClientAdded,
     ClientCancelledKeys,
     ClientReleasedKeys,
@@ -41,14 +43,17 @@ from .scheduler_messages import (
     DependencyFetchFailed,
     FreeKeys,
     GraphSubmitted,
+    NoWorkerTimedOut,
     ReplicasAdded,
     ReportKey,
+    ReportNoWorker,
     ResultSerializationFailed,
     SchedulerEvent,
     SchedulerInstruction,
     SetClusterBusy,
     TaskErred,
     TaskFinished,
+    TaskSeceded,
     WorkerAdded,
     WorkerPauseChanged,
     WorkerRemoved,
@@ -145,7 +150,11 @@ class SchedulerState:
         self.queue_seconds = queue_seconds
         self.allowed_failures = allowed_failures
         self.queued: list[tuple[tuple[Any, ...], TaskState]] = []  # heap; stale entries skipped
-        self.unrunnable: set[TaskState] = set()  # restricted to workers that are gone
+        # restricted to workers that are paused, busy with cancelled tasks or gone (the
+        # task is then ``no-worker``, and its spell's mark is in ``no_worker``)
+        self.unrunnable: set[TaskState] = set()
+        self.no_worker: dict[TaskState, int] = {}
+        self._no_worker_marks = 0
         self.generation = 0
         self._task_counter = 0  # makes priorities unique: heaps never compare tasks
         self.total_nthreads = 0
@@ -388,7 +397,9 @@ class SchedulerState:
         self, ts: TaskState, candidates: Iterable[WorkerRecord], saturate: bool
     ) -> WorkerRecord | None:
         """Most dependency bytes held locally, then the least occupied; never a paused
-        worker. Cancelled tasks still running on a worker occupy it (``n_ending``)."""
+        worker. A thread still running a task freed while it ran (``n_ending``) is not
+        free: a worker with no free thread gets nothing, and the others are judged by
+        their free threads."""
         best = None
         best_score: tuple[Any, ...] = ()
         deps = ts.dependencies
@@ -396,18 +407,32 @@ class SchedulerState:
         for ws in candidates:
             if ws.paused:
                 continue
-            n = len(ws.processing) + ws.n_ending
-            if saturate and n >= ws.saturation_limit + limit_extra * ws.nthreads:
+            free = ws.nthreads - ws.n_ending
+            if free <= 0:
+                continue
+            n = len(ws.processing)
+            if ws.long_running:
+                n -= len(ws.long_running)
+            if saturate and n >= self._room(ws, free, limit_extra):
                 continue
             local = 0
             if deps:
                 for dts in deps:
                     if ws in dts.who_has:
                         local += dts.nbytes or 1
-            score = (-local, n / ws.nthreads)
+            score = (-local, n / free)
             if best is None or score < best_score:
                 best, best_score = ws, score
         return best
+
+    def _room(self, ws: WorkerRecord, free: int, extra: int) -> int:
+        """Tasks ``ws`` may be processing (root tasks are sent up to this) with ``free``
+        of its threads free and ``extra`` tasks per thread on top (``_extra_slots``)."""
+        if free == ws.nthreads:
+            return ws.saturation_limit + extra * free
+        sat = self.worker_saturation
+        limit = 1 << 62 if math.isinf(sat) else max(1, math.ceil(free * sat))
+        return limit + extra * free
 
     def _extra_slots(self, ts: TaskState) -> int:
         """Extra tasks per thread that ``queue_seconds`` of this prefix's work amounts to.
@@ -422,11 +447,41 @@ class SchedulerState:
         return min(int(self.queue_seconds / max(avg, 1e-6)), MAX_EXTRA_SLOTS)
 
     def _queue(self, ts: TaskState) -> None:
-        self._set_state(ts, "queued")
-        if ts.worker_restrictions is not None and not ts.loose_restrictions:
+        restrictions = ts.worker_restrictions
+        if restrictions is not None and not ts.loose_restrictions:
             self.unrunnable.add(ts)
+            if none_present(restrictions, self.workers):
+                self._no_worker(ts)
+            else:
+                self._set_state(ts, "queued")
         else:
+            self._set_state(ts, "queued")
             heapq.heappush(self.queued, (ts.priority, ts))
+
+    def _no_worker(self, ts: TaskState) -> None:
+        """``ts`` may only run on workers none of which is here (core/restrictions.py)."""
+        self._set_state(ts, "no-worker")
+        self._no_worker_marks += 1
+        mark = self.no_worker[ts] = self._no_worker_marks
+        assert ts.worker_restrictions is not None
+        self._instructions.append(
+            ReportNoWorker([(ts.key, mark)], ts.worker_restrictions, self._stimulus_id)
+        )
+
+    def _leave_unrunnable(self, ts: TaskState) -> None:
+        self.unrunnable.discard(ts)
+        if self.no_worker:
+            self.no_worker.pop(ts, None)
+
+    def _handle_no_worker_timed_out(self, ev: NoWorkerTimedOut) -> None:
+        for key, mark in ev.keys:
+            ts = self.tasks.get(key)
+            if ts is None or ts.state != "no-worker" or self.no_worker.get(ts) != mark:
+                continue
+            self._leave_unrunnable(ts)
+            assert ts.worker_restrictions is not None
+            err = NoValidWorkerError(ts.key, ts.worker_restrictions, ev.timeout)
+            self._set_erred(ts, err, None, ts, ev)
 
     def _send(self, ts: TaskState, ws: WorkerRecord) -> None:
         self._set_state(ts, "processing")
@@ -472,7 +527,7 @@ class SchedulerState:
         ``nthreads + SEND_AHEAD`` tasks are processing on a worker for this. A paused
         worker gets none: they are placed when ``ts`` is done.
         """
-        if ws.paused:
+        if ws.paused or ws.n_ending >= ws.nthreads:
             return
         for dts in dependents or ts.dependents:
             if dts.state != "waiting" or len(dts.waiting_on) != 1:
@@ -501,26 +556,34 @@ class SchedulerState:
     def _refill(self, ws: WorkerRecord) -> None:
         """A slot freed on ``ws``: hand it the highest-priority queued task."""
         queue = self.queued
-        if ws.paused:
+        free = ws.nthreads - ws.n_ending
+        if ws.paused or free <= 0:
             return
         while queue:
             ts = queue[0][1]
             if ts.state != "queued":
                 heapq.heappop(queue)
                 continue
-            if (
-                len(ws.processing) + ws.n_ending
-                >= ws.saturation_limit + self._extra_slots(ts) * ws.nthreads
-            ):
+            if ws.occupancy >= self._room(ws, free, self._extra_slots(ts)):
                 break
             heapq.heappop(queue)
             self._send(ts, ws)
 
-    def _stop_processing(self, ts: TaskState, ws: WorkerRecord) -> None:
+    def _stop_processing(self, ts: TaskState, ws: WorkerRecord, may_run: bool = True) -> None:
         """Take ``ts`` back from ``ws``, where it may be running: a task cannot be
-        interrupted, so it takes a thread there until the worker says it ended."""
+        interrupted, so it takes a thread there until the worker says it ended.
+
+        It cannot be running while it still waits on an input (sent ahead), nor on a
+        worker whose every thread runs a task freed before (``running_cancelled``), nor
+        when the worker said it let go of it (``may_run`` False): then it is freed
+        without counting a thread."""
         ws.processing.discard(ts)
+        if ws.long_running:
+            ws.long_running.discard(ts)
         ts.processing_on = None
+        if not may_run or ts.waiting_on or len(ws.running_cancelled) >= ws.nthreads:
+            self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
+            return
         ws.ending[ts.key] = ws.ending.get(ts.key, 0) + 1
         ws.n_ending += 1
         self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id, True))
@@ -536,10 +599,49 @@ class SchedulerState:
                 continue
             if n == 1:
                 del ending[key]
+                ws.running_cancelled.discard(key)
             else:
                 ending[key] = n - 1
             ws.n_ending -= 1
+        self._wake_unrunnable(ws)
         self._refill(ws)
+
+    def _handle_cancelled_tasks_running(self, ev: CancelledTasksRunning) -> None:
+        """Tasks freed while they ran still run on ``ev.worker``'s threads. Once they take
+        every thread there, the tasks still processing there cannot start before one of
+        them ends, which may be never (a task that ignores cancellation): take those
+        back and place them on free threads elsewhere."""
+        ws = self.workers.get(ev.worker)
+        if ws is None:
+            return
+        for key in ev.keys:
+            if key in ws.ending:
+                ws.running_cancelled.add(key)
+        if len(ws.running_cancelled) < ws.nthreads:
+            return
+        for ts in sorted(ws.processing - ws.long_running):
+            if ts.processing_on is ws:  # not taken back already, with an input
+                self._reschedule(ts)
+
+    def _handle_task_seceded(self, ev: TaskSeceded) -> None:
+        """The task runs on, but its thread waits for other tasks (``secede``): it fills
+        no thread any more, so another task may go there."""
+        ts = self.tasks.get(ev.key)
+        ws = self.workers.get(ev.worker)
+        if ts is None or ws is None or ts.processing_on is not ws:
+            return
+        ws.long_running.add(ts)
+        self._refill(ws)
+
+    def _wake_unrunnable(self, ws: WorkerRecord) -> None:
+        """``ws`` can take work again: tasks held back for it alone are placed anew."""
+        if not self.unrunnable or ws.paused or ws.n_ending >= ws.nthreads:
+            return
+        for ts in list(self.unrunnable):
+            if ts.worker_restrictions and ws.address in ts.worker_restrictions:
+                self._leave_unrunnable(ts)
+                self._set_state(ts, "waiting")
+                self._ready.append(ts)
 
     def _handle_worker_pause_changed(self, ev: WorkerPauseChanged) -> None:
         """A paused worker keeps what it has (it spills, and runs it once it resumes)
@@ -550,11 +652,7 @@ class SchedulerState:
         ws.paused = ev.paused
         if ev.paused:
             return
-        for ts in list(self.unrunnable):  # restricted to paused workers, this one among them
-            if ts.worker_restrictions and ws.address in ts.worker_restrictions:
-                self.unrunnable.discard(ts)
-                self._set_state(ts, "waiting")
-                self._ready.append(ts)
+        self._wake_unrunnable(ws)  # restricted to paused workers, this one among them
         self._refill(ws)
         if ws.ahead_blocked:
             self._send_blocked_ahead(ws)
@@ -574,12 +672,15 @@ class SchedulerState:
         if ws is None:
             return
         if ts is None or ts.processing_on is not ws:
-            if ts is not None and ts.state == "memory":
-                self._add_replica(ts, ws, ev.nbytes)
-            else:
+            # a run taken back from ws (cancelled, placed elsewhere): a free is on its
+            # way there, and ws drops the value when it arrives; counted as a copy, a
+            # gather could ask ws for a value it no longer has
+            if ts is None or ws not in ts.who_has:
                 self._instructions.append(FreeKeys(ws.address, [ev.key], self._stimulus_id))
             return
         ws.processing.discard(ts)
+        if ws.long_running:
+            ws.long_running.discard(ts)
         ts.processing_on = None
         ts.nbytes = ev.nbytes
         ts.type_name = ev.type_name
@@ -627,6 +728,8 @@ class SchedulerState:
         if ts is None or ws is None or ts.processing_on is not ws:
             return
         ws.processing.discard(ts)
+        if ws.long_running:
+            ws.long_running.discard(ts)
         ts.processing_on = None
         if ev.startstops:
             ts.group.add_startstops(ev.startstops)
@@ -681,6 +784,8 @@ class SchedulerState:
             if ws is not None:  # a dependent running elsewhere: stop it
                 self._stop_processing(ts, ws)
                 self._refill(ws)
+            elif ts.state == "queued" or ts.state == "no-worker":
+                self._leave_unrunnable(ts)
             for dts in ts.waiting_on:
                 dts.discard_waiter(ts)
             ts.waiting_on = EMPTY
@@ -738,17 +843,18 @@ class SchedulerState:
                     self._drop_replica(dts, holder)
         if ts is None or ws is None or ts.processing_on is not ws:
             return
-        self._reschedule(ts)
+        self._reschedule(ts, may_run=False)  # the worker let go of it
 
-    def _reschedule(self, root: TaskState) -> None:
+    def _reschedule(self, root: TaskState, may_run: bool = True) -> None:
         """Take a processing task back and schedule it again from scratch, with the
-        dependents sent ahead to wait for it on the same worker (``_send_ahead``)."""
+        dependents sent ahead to wait for it on the same worker (``_send_ahead``).
+        ``may_run``: whether ``root`` may have started there (see _stop_processing)."""
         stack = [root]
         while stack:
             ts = stack.pop()
             ws = ts.processing_on
             if ws is not None:
-                self._stop_processing(ts, ws)
+                self._stop_processing(ts, ws, may_run or ts is not root)
             self._set_state(ts, "waiting")
             self._requeue_waiting(ts)
             for dts in ts.dependents:
@@ -797,8 +903,8 @@ class SchedulerState:
                     ws.nbytes -= ts.nbytes
                     self._instructions.append(FreeKeys(ws.address, [ts.key], self._stimulus_id))
                 ts.who_has = EMPTY
-            elif state == "queued":
-                self.unrunnable.discard(ts)
+            elif state == "queued" or state == "no-worker":
+                self._leave_unrunnable(ts)
             elif state == "erred":
                 ts.exception = ts.traceback = ts.exception_blame = None
             if state in PENDING_STATES:
@@ -925,7 +1031,7 @@ class SchedulerState:
         self.spans.nthreads_changed(ev.time, self.total_nthreads)
         for ts in list(self.unrunnable):
             if ts.worker_restrictions and ev.address in ts.worker_restrictions:
-                self.unrunnable.discard(ts)
+                self._leave_unrunnable(ts)
                 self._set_state(ts, "waiting")
                 self._ready.append(ts)
         self._refill(ws)
@@ -962,12 +1068,22 @@ class SchedulerState:
                 self._requeue_waiting(ts)
         for ts in list(ws.has_what):
             self._drop_replica(ts, ws)
+        # tasks held back for workers that are all gone now cannot run
+        for ts in sorted(self.unrunnable):
+            restrictions = ts.worker_restrictions
+            if (
+                ts.state == "queued"
+                and not ts.loose_restrictions
+                and restrictions is not None
+                and none_present(restrictions, self.workers)
+            ):
+                self._no_worker(ts)
         if not self.workers:
             return
         # tasks stuck behind restrictions to a dead worker may be allowed elsewhere
         for ts in list(self.unrunnable):
             if ts.loose_restrictions:
-                self.unrunnable.discard(ts)
+                self._leave_unrunnable(ts)
                 self._set_state(ts, "waiting")
                 self._ready.append(ts)
 
@@ -1072,8 +1188,14 @@ class SchedulerState:
             for ts in ws.processing:
                 assert ts.processing_on is ws, ts
             assert ws.n_ending == sum(ws.ending.values()), ws
+            assert ws.running_cancelled <= ws.ending.keys(), ws
+            assert ws.long_running <= ws.processing, ws
             for ts in ws.has_what:
                 assert ws in ts.who_has, ts
+        for ts in self.unrunnable:
+            assert ts.state in ("queued", "no-worker"), ts
+        for ts in self.no_worker:
+            assert ts.state == "no-worker" and ts in self.unrunnable, ts
         for cs in self.clients.values():
             for ts in cs.wants_what:
                 assert cs in ts.who_wants
@@ -1104,4 +1226,7 @@ class SchedulerState:
         WorkerRemoved: _handle_worker_removed,
         WorkerPauseChanged: _handle_worker_pause_changed,
         CancelledTasksEnded: _handle_cancelled_tasks_ended,
+        CancelledTasksRunning: _handle_cancelled_tasks_running,
+        TaskSeceded: _handle_task_seceded,
+        NoWorkerTimedOut: _handle_no_worker_timed_out,
     }

@@ -14,18 +14,19 @@ from .keys import Key
 from .lazysets import EMPTY, added, discarded
 
 TaskStateName = Literal[
-    "released", "waiting", "queued", "processing", "memory", "erred", "forgotten"
+    "released", "waiting", "queued", "no-worker", "processing", "memory", "erred", "forgotten"
 ]
 ALL_STATES: tuple[TaskStateName, ...] = (
     "released",
     "waiting",
     "queued",
+    "no-worker",  # restricted to workers that are not there (core/restrictions.py)
     "processing",
     "memory",
     "erred",
     "forgotten",
 )
-PENDING_STATES = frozenset({"waiting", "queued", "processing"})
+PENDING_STATES = frozenset({"waiting", "queued", "no-worker", "processing"})
 
 
 class _Aggregate:
@@ -69,7 +70,7 @@ class _Aggregate:
     def done(self) -> bool:
         """Every task is finished one way or another (nothing waiting or running)."""
         s = self.states
-        return not (s["waiting"] or s["queued"] or s["processing"])
+        return not (s["waiting"] or s["queued"] or s["no-worker"] or s["processing"])
 
 
 class TaskPrefix(_Aggregate):
@@ -124,6 +125,7 @@ class WorkerRecord:
         "ahead_blocked",
         "ending",
         "has_what",
+        "long_running",
         "memory_limit",
         "n_ending",
         "name",
@@ -131,6 +133,7 @@ class WorkerRecord:
         "nthreads",
         "paused",
         "processing",
+        "running_cancelled",
         "saturation_limit",
     )
 
@@ -154,6 +157,23 @@ class WorkerRecord:
         # the worker counts as that much busier (``n_ending`` in all) when tasks are placed
         self.ending: dict[Key, int] = {}
         self.n_ending = 0
+        # of those, the ones the worker said were running on a task thread: with as many
+        # as it has threads, nothing processing there can start (it is taken back)
+        self.running_cancelled: set[Key] = set()
+        # tasks processing here whose thread waits for other tasks (``secede``): they
+        # run on, but fill no thread, so other tasks go in their place
+        self.long_running: set[TaskState] = set()
+
+    @property
+    def free_threads(self) -> int:
+        """Threads not taken by a task freed while it ran (it still runs there)."""
+        free = self.nthreads - self.n_ending
+        return free if free > 0 else 0
+
+    @property
+    def occupancy(self) -> int:
+        """Tasks processing here that fill a thread or wait for one."""
+        return len(self.processing) - len(self.long_running)
 
     def __repr__(self) -> str:
         paused = " paused" if self.paused else ""

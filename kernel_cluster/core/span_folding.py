@@ -25,7 +25,10 @@ FOLDED_ID = "default-folded"
 KEEP_DEFAULT_SPANS = 100  # finished default spans kept apart before the oldest fold
 MAX_INTERVALS = 64  # thread-time intervals a fold keeps (see FoldTotals.add_span)
 MAX_CODE = 10  # code snippets a fold keeps
-IDLE = ("execute", None, "idle", "seconds")  # the thread-seconds a span had and did not use
+# the thread-seconds the cluster offered while a span ran that its tasks did not use:
+# threads idle, or busy with other spans' tasks. Dask's key and wording: no task prefix
+# ("N/A"), and not the workers' own ``idle`` (a free thread while the cluster is busy)
+IDLE = ("execute", "N/A", "idle or other spans", "seconds")
 
 
 def is_default_span_id(span_id: object) -> bool:
@@ -49,8 +52,8 @@ def with_idle(
     metrics: Mapping[Any, float], active_cpu_seconds: float, copy: bool = True
 ) -> dict[Any, float]:
     """A span's metrics plus ``IDLE``: the thread-seconds it had (``active_cpu_seconds``)
-    and spent on none of its tasks, so that its seconds add up to them. ``copy=False``:
-    into ``metrics`` itself (a dict of the caller's own)."""
+    and spent on none of its tasks (idle or on other spans' tasks), so that its seconds
+    add up to them. ``copy=False``: into ``metrics`` itself (a dict of the caller's own)."""
     out = metrics if not copy and isinstance(metrics, dict) else dict(metrics)
     used = sum(v for k, v in out.items() if k[-1] == "seconds")
     idle = active_cpu_seconds - used

@@ -104,6 +104,7 @@ class Span:
         self._metrics: dict[tuple[Any, ...], float] = {}  # this span's own ("execute", ...) keys
         self._nthreads_history = total_nthreads_history
         self._now = now
+        self._annotation: dict[str, tuple[Any, ...]] | None = None  # made once, when asked
 
     def __repr__(self) -> str:
         return f"Span<name={self.name}, id={self.id}>"
@@ -124,15 +125,24 @@ class Span:
 
     @property
     def annotation(self) -> dict[str, tuple[Any, ...]] | None:
-        """The annotation tasks of this span carry: every name and id from the root."""
+        """The annotation tasks of this span carry: every name and id from the root.
+
+        Made once (a span's place in the tree never changes): every task sent carries
+        it, and walking up a deep tree for each would cost the depth per task."""
         if self.name == DEFAULT and self.parent is None:
             return None
-        ids = []
-        span: Span | None = self
-        while span is not None:
-            ids.append(span.id)
-            span = span.parent
-        return {"name": self.name, "ids": tuple(reversed(ids))}
+        if self._annotation is None:
+            # up to the nearest span that has made its own (no recursion: a tree may be
+            # deeper than the recursion limit)
+            above: list[str] = []
+            span = self.parent
+            while span is not None and span._annotation is None:
+                above.append(span.id)
+                span = span.parent
+            base = span._annotation["ids"] if span is not None and span._annotation else ()
+            ids = (*base, *reversed(above), self.id)
+            self._annotation = {"name": self.name, "ids": ids}
+        return self._annotation
 
     # -- times --------------------------------------------------------------------------------
 
@@ -209,8 +219,9 @@ class Span:
 
     @property
     def cumulative_worker_metrics(self) -> dict[tuple[Any, ...], float]:
-        """``("execute", prefix, activity, unit)`` summed over the subtree, plus ``idle``:
-        the thread-seconds the span had and did not use, so that its seconds add up to
+        """``("execute", prefix, activity, unit)`` summed over the subtree, plus Dask's
+        ``("execute", "N/A", "idle or other spans", "seconds")``: the thread-seconds the
+        span had and its tasks did not use, so that its seconds add up to
         ``active_cpu_seconds``."""
         out: dict[tuple[Any, ...], float] = {}
         for span in self.traverse_spans():
@@ -412,18 +423,34 @@ class SpanTree:
             name, ids = tuple(annotation["name"]), tuple(annotation["ids"])
             if len(name) != len(ids):
                 raise ValueError(f"span annotation {annotation!r}: names and ids differ in length")
-            parent = None
-            for i, span_id in enumerate(ids):
-                span = self.spans.get(span_id)
-                if span is None:
-                    span = self._new(name[: i + 1], span_id, parent, time)
-                parent = span
-            assert span is not None  # ids is not empty: the loop found or made one
+            # the innermost span known, looked for from the inside out: a submission in
+            # a known span costs one lookup, however deep the span is
+            known = len(ids)
+            found: Span | None = None
+            while known > 0:
+                found = self.spans.get(ids[known - 1])
+                if found is not None:
+                    break
+                known -= 1
+            parent = found
+            last = len(ids) - 1
+            for i in range(known, len(ids)):
+                # the innermost takes the annotation's own tuples: no copy of the path
+                parent = self._new(name if i == last else name[: i + 1], ids[i], parent, time)
+                if i == last:
+                    parent._annotation = {"name": name, "ids": ids}
+            span = parent
+            assert span is not None  # ids is not empty: found or made
         if code and code not in span.code:
             span.code.append(code)
+        # it and its parents get tasks: open until done. A span open already has its
+        # parents open (a parent is done only once its children are, and they close
+        # together), so the walk stops there: a submission into a deep span costs one
+        # step, not one per level
         node: Span | None = span
-        while node is not None:  # it and its parents get tasks: open until done
-            self._open[node] = None
+        opened = self._open
+        while node is not None and node not in opened:
+            opened[node] = None
             node = node.parent
         return span
 
@@ -520,17 +547,17 @@ class SpanTree:
 
     def find_by_tags(self, *tags: str) -> Iterator[Span]:
         """Spans with any of ``tags`` in their name; of a matching parent and child, the
-        parent only (it already covers the child)."""
+        parent only (it already covers the child). Without recursion: a tree may be
+        deeper than Python's recursion limit."""
         wanted = set(tags)
-        for root in self.root_spans:
-            yield from self._find(root, wanted)
-
-    def _find(self, span: Span, wanted: set[str]) -> Iterator[Span]:
-        if wanted & set(span.name):
-            yield span
-            return
-        for child in span.children:
-            yield from self._find(child, wanted)
+        stack = list(reversed(self.root_spans))
+        while stack:
+            span = stack.pop()
+            # a span's name holds its parent's: only its own last tag is new here
+            if wanted.intersection(span.name[-1:] if span.parent is not None else span.name):
+                yield span
+                continue
+            stack.extend(reversed(span.children))
 
     def merge_by_tags(self, *tags: str) -> MergedSpan:
         return merge_spans(self.find_by_tags(*tags), self.now)

@@ -308,13 +308,15 @@ class ThreadTimeline:
         ``running`` threads are inside a task: their time is the task's.
         """
         idle = 0.0
+        # a list: a thread started for a task that seceded adds itself meanwhile
+        accounts = list(self.accounts.items())
         if self.busy and not busy:
-            for thread, account in self.accounts.items():
+            for thread, account in accounts:
                 if thread not in running and now > account.mark:
                     idle += now - account.mark
                     account.mark = now
         elif busy and not self.busy:
-            for thread, account in self.accounts.items():
+            for thread, account in accounts:
                 if thread not in running and now > account.mark:
                     account.mark = now
         self.busy = busy
@@ -322,7 +324,7 @@ class ThreadTimeline:
 
     def restart(self, now: float, running: set[int] | frozenset[Any] = frozenset()) -> None:
         """Account free threads from ``now`` on (metrics were off until now)."""
-        for thread, account in self.accounts.items():
+        for thread, account in list(self.accounts.items()):
             if thread not in running:
                 account.mark = now
 

@@ -100,6 +100,15 @@ class ExecuteSkipped(WorkerEvent):
 
 
 @dataclass(slots=True)
+class ExecuteSeceded(WorkerEvent):
+    """The thread running ``key`` gave its slot to another thread while the task waits
+    for other tasks (``secede``): the task runs on, but fills no thread."""
+
+    key: Key
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
 class GatherDepSucceeded(WorkerEvent):
     """Data arrived from ``worker``; keys it did not have are simply absent."""
 
@@ -200,4 +209,24 @@ class SendCancelledTasksEnded(ToScheduler):
 
     op: ClassVar[str] = "tasks-ended"
     keys: list[Key]
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class SendCancelledTasksRunning(ToScheduler):
+    """Tasks freed while processing here were running on a task thread, and still are
+    (a thread cannot be interrupted): each takes its thread until it ends."""
+
+    op: ClassVar[str] = "tasks-still-running"
+    keys: list[Key]
+    stimulus_id: str = ""
+
+
+@dataclass(slots=True)
+class SendTaskSeceded(ToScheduler):
+    """The thread running ``key`` gave its slot back while it waits (``secede``): the
+    task goes on, but another task may run in its place."""
+
+    op: ClassVar[str] = "task-seceded"
+    key: Key
     stimulus_id: str = ""

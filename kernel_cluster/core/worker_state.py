@@ -8,7 +8,9 @@ thread-pool work and network fetches and feeds the outcomes back as events. ``da
 plain dict, or a spill buffer that moves values to disk; core does not care.
 
 Task states here: ``waiting`` (inputs missing), ``ready``, ``executing``,
-``memory``, ``error``, and for inputs held elsewhere ``fetch`` -> ``flight``.
+``long-running`` (executing, but its thread waits for other tasks and gave its slot
+to another: ``secede``), ``memory``, ``error``, and for inputs held elsewhere
+``fetch`` -> ``flight``.
 A task the scheduler no longer wants while it runs or travels is marked
 ``cancelled``; its outcome is dropped when it arrives.
 
@@ -35,6 +37,7 @@ from .worker_messages import (
     Execute,
     ExecuteAfter,
     ExecuteFailed,
+    ExecuteSeceded,
     ExecuteSkipped,
     ExecuteSucceeded,
     FreeKeysRequested,
@@ -43,18 +46,29 @@ from .worker_messages import (
     GatherDepSucceeded,
     PauseChanged,
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    SendTaskSeceded,
     WorkerEvent,
     WorkerInstruction,
 )
 
 WorkerTaskStateName = Literal[
-    "released", "waiting", "ready", "executing", "memory", "error", "fetch", "flight"
+    "released",
+    "waiting",
+    "ready",
+    "executing",
+    "long-running",
+    "memory",
+    "error",
+    "fetch",
+    "flight",
 ]
-ACTIVE = frozenset({"waiting", "ready", "executing"})
+ACTIVE = frozenset({"waiting", "ready", "executing", "long-running"})
+RUNNING = frozenset({"executing", "long-running"})
 
 
 class WorkerTask:
@@ -159,6 +173,7 @@ class WorkerState:
         self.tasks: dict[Key, WorkerTask] = {}
         self.ready: list[tuple[tuple[Any, ...], WorkerTask]] = []  # heap; stale entries skipped
         self.executing: set[WorkerTask] = set()
+        self.long_running: set[WorkerTask] = set()  # seceded: they take no thread
         self.alone: set[WorkerTask] = set()  # suspects to run alone; pruned lazily
         self.fetch: set[WorkerTask] = set()
         self.in_flight: dict[str, set[WorkerTask]] = {}  # peer -> tasks travelling from it
@@ -288,8 +303,10 @@ class WorkerState:
     def _free_running(self, keys: list[Key]) -> None:
         """Free tasks the scheduler had processing here; it counts each as taking a
         thread until told otherwise: at once for those not executing, at their end for
-        the others."""
+        the others, which it is told are still running (the shell withdraws a task
+        handed to the pool but not started before this, see engine/handoff.py)."""
         ended = []
+        running = []
         for key in keys:
             ts = self.tasks.get(key)
             if ts is None:
@@ -299,18 +316,17 @@ class WorkerState:
             self._release(ts)
             if ts.state == "executing":
                 ts.end_awaited = True
+                running.append(key)
             else:
                 ended.append(key)
         if ended:
             self._out.append(SendCancelledTasksEnded(ended, self._stimulus_id))
+        if running:
+            self._out.append(SendCancelledTasksRunning(running, self._stimulus_id))
 
     def _release(self, ts: WorkerTask) -> None:
         state = ts.state
-        if (
-            state == "executing"
-            or state == "flight"
-            or any(d.state in ACTIVE for d in ts.dependents)
-        ):
+        if state in RUNNING or state == "flight" or any(d.state in ACTIVE for d in ts.dependents):
             # running, travelling or still read by a local task: drop it when that ends
             ts.cancelled = True
             return
@@ -400,9 +416,12 @@ class WorkerState:
     def _end_execution(self, key: Key) -> WorkerTask | None:
         """The pool is done with ``key``: the task, unless it was cancelled meanwhile."""
         ts = self.tasks.get(key)
-        if ts is None or ts.state != "executing":
+        if ts is None or ts.state not in RUNNING:
             return None
-        self.executing.discard(ts)
+        if ts.state == "executing":
+            self.executing.discard(ts)
+        else:
+            self.long_running.discard(ts)
         if ts.cancelled:
             if ts.end_awaited:  # set only on a cancelled task
                 ts.end_awaited = False
@@ -462,6 +481,18 @@ class WorkerState:
         )
         ts.spec = None
         self._detach(ts)
+
+    def _handle_execute_seceded(self, ev: ExecuteSeceded) -> None:
+        """The task waits for others and gave its thread's slot away: another task may
+        start here, and the scheduler may send one in its place."""
+        ts = self.tasks.get(ev.key)
+        if ts is None or ts.state != "executing":
+            return
+        self.executing.discard(ts)
+        self.long_running.add(ts)
+        self._set_state(ts, "long-running")
+        if not ts.cancelled:
+            self._out.append(SendTaskSeceded(ts.key, self._stimulus_id))
 
     def _handle_execute_skipped(self, ev: ExecuteSkipped) -> None:
         ts = self._end_execution(ev.key)
@@ -597,6 +628,8 @@ class WorkerState:
                 assert key in self.data, ts
             if ts.state == "executing":
                 assert ts in self.executing, ts
+            if ts.state == "long-running":
+                assert ts in self.long_running, ts
             if ts.state == "fetch":
                 assert ts in self.fetch, ts
             if ts.state == "waiting":
@@ -623,6 +656,7 @@ class WorkerState:
         ExecuteSucceeded: _handle_execute_succeeded,
         ExecuteFailed: _handle_execute_failed,
         ExecuteSkipped: _handle_execute_skipped,
+        ExecuteSeceded: _handle_execute_seceded,
         GatherDepSucceeded: _handle_gather_dep_succeeded,
         GatherDepFailed: _handle_gather_dep_failed,
         PauseChanged: _handle_pause_changed,

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..core.annotations import current_span
 from ..core.annotations import get_annotations as _own_annotations
+from ..core.span_folding import IDLE
 from . import attach as source
 from .snapshots import SpanInfo
 
@@ -59,6 +60,14 @@ def span(*tags: str) -> Iterator[str]:
             raise TypeError(
                 f"span tags must be non-empty strings; got {tag!r} ({type(tag).__name__})."
             )
+        if not tag.isascii():
+            try:
+                tag.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"span tag {tag!r} holds a lone surrogate, which is not valid Unicode "
+                    "text: no view could show it. Give valid text."
+                ) from None
     with _dask_span(tags) as dask_ids:
         name, ids = current_span.get() or ((), ())
         for tag in tags:
@@ -201,6 +210,23 @@ def _open_dask_span(tags: tuple[str, ...]) -> Iterator[tuple[str, ...] | None]:
 # -- reading the span tree: snapshots of plain data -----------------------------------------
 
 
+SPAN_COLUMNS = [
+    "id",
+    "name",
+    "tags",
+    "parent",
+    "enqueued",
+    "start",
+    "stop",
+    "duration",
+    "active_cpu_seconds",
+    "metrics_seconds",
+    "nbytes_total",
+    "tasks",
+    "done",
+]
+
+
 class SpanTreeView:
     """``client.spans()``: every span, nested as on the scheduler."""
 
@@ -218,12 +244,18 @@ class SpanTreeView:
         return self.by_id[span_id]
 
     def to_pandas(self) -> Any:
-        """A flat table: one row per span with its subtree's totals."""
+        """A flat table: one row per span with its subtree's totals, columns
+        ``SPAN_COLUMNS`` even when there is no span yet. ``active_cpu_seconds``: the
+        thread-seconds the cluster offered while the span ran (threads times time, as
+        Dask's); ``metrics_seconds``: those its tasks' fine metrics account for (every
+        activity of its tasks); the difference is its "idle or other spans" line."""
         import pandas as pd
 
         rows = []
         for s in self.by_id.values():
-            seconds = sum(v for k, v in s.metrics.items() if k[-1] == "seconds")
+            # the thread-seconds its tasks' metrics account for: its "idle or other
+            # spans" line is what the span had beyond them (active_cpu_seconds minus this)
+            seconds = sum(v for k, v in s.metrics.items() if k[-1] == "seconds" and k != IDLE)
             rows.append(
                 {
                     "id": s.id,
@@ -241,4 +273,4 @@ class SpanTreeView:
                     "done": s.done,
                 }
             )
-        return pd.DataFrame(rows)
+        return pd.DataFrame(rows, columns=SPAN_COLUMNS)

@@ -3,7 +3,9 @@ nanny in engine/cluster.py starts it): join a cluster running elsewhere on this 
 
 The cluster's secret comes from the ``KERNEL_CLUSTER_TOKEN`` environment variable
 (hex) or from ``--token-file``, never from the command line, where other users of
-the machine could read it in the process list.
+the machine could read it in the process list. The variable is removed from the
+worker's environment once read, so that tasks and the processes they start do not
+inherit it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from .comm import TOKEN_ENV, secret_from_env, secret_from_file
 from .config import WorkerConfig
 from .leftovers import remove_cluster_directory, write_owner_file
+from .shared_memory import remove_segments_of
 from .worker_process import serve
 
 
@@ -43,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     secret = secret_from_file(args.token_file) if args.token_file else secret_from_env()
+    # read once: tasks, and the processes they start, inherit the environment
+    os.environ.pop(TOKEN_ENV, None)
     if secret is None:
         print(
             f"kernel-cluster-worker: no secret; set {TOKEN_ENV} or pass --token-file.",
@@ -102,11 +107,13 @@ def _wait_for_owner_death(owner_pid: int | None, timeout: float = 2.0) -> None:
 
 
 def _clean_up(config: WorkerConfig) -> None:
-    """Remove what this worker leaves on disk: its directory (spill files), and, when
+    """Remove what this worker leaves on disk: its directory (spill files), its shared
+    memory segments not claimed, and, when
     its owner died without cleaning up, the owner's directory once no other worker's
     directory is left in it (the last worker to go removes it)."""
     if config.remove_local_directory and config.local_directory:
         shutil.rmtree(config.local_directory, ignore_errors=True)
+    remove_segments_of(os.getpid())  # made for readers that never claimed them
     if config.cluster_directory and _owner_gone(config.owner_pid):
         remove_cluster_directory(config.cluster_directory)
 

@@ -18,7 +18,15 @@ from typing import Any, TypedDict, Unpack
 import psutil
 
 from .comm import new_secret, write_secret_file
-from .config import PER_WORKER, WorkerConfig, parse_bytes, parse_memory_limit
+from .config import (
+    PER_WORKER,
+    WorkerConfig,
+    check_cluster_settings,
+    check_process_memory,
+    make_local_directory,
+    parse_bytes,
+    parse_memory_limit,
+)
 from .dask_config import PROFILE_CYCLE, PROFILE_INTERVAL, WORKER_SATURATION, dask_setting
 from .leftovers import PREFIX, sweep_stale_directories, write_owner_file
 from .local_channels import Dispatcher, LocalChannel
@@ -27,6 +35,7 @@ from .nanny import Nanny
 from .offload import Offloader
 from .peers import InProcessPeers
 from .scheduler import Scheduler
+from .shared_memory import SharedMemory, sweep_stale_segments
 from .tcp_workers import ConnectionPool, RemoteData, SchedulerServer
 from .worker import Worker
 
@@ -55,6 +64,7 @@ class WorkerSettings(TypedDict, total=False):
     profile_interval: float
     profile_cycle_interval: float
     transfer_log_length: int
+    shared_memory_limit: int | None
     local_directory: str | None
 
 
@@ -78,6 +88,8 @@ class KernelCluster:
         allowed_failures: int = 3,
         death_timeout: float = 10.0,
         worker_start_timeout: float = 60.0,
+        cancelled_task_timeout: float | None = None,
+        no_workers_timeout: float | None = 30.0,
         task_stream_length: int = 100_000,
         history: bool = True,
         worker_config: WorkerConfig | None = None,
@@ -89,7 +101,7 @@ class KernelCluster:
         some of them, as do ``threads_per_worker`` and ``memory_limit`` unless left at
         None and "auto". With ``local_directory``, the cluster's directory (workers'
         spill files, the token) is made in it rather than in the system's temporary
-        directory. ``worker_saturation`` (default 1.5), ``profile_interval`` and
+        directory. ``worker_saturation``, ``profile_interval`` and
         ``profile_cycle_interval`` left out take dask.config's
         ``distributed.scheduler.worker-saturation`` and
         ``distributed.worker.profile.interval`` / ``.cycle`` where the user set them
@@ -97,9 +109,21 @@ class KernelCluster:
         ``history=False``: this cluster's finished spans are not recorded in
         the run history (``kernel_cluster.history``; a Client starts the recording, the
         engine only keeps the setting).
+
+        The scheduler's: ``worker_saturation`` (default 1.5; tasks without inputs sent
+        to a worker per thread before the rest wait on the scheduler; inf: all at once),
+        ``queue_seconds``, ``allowed_failures`` (worker deaths a task may be running at
+        before it fails with KilledWorker), ``task_stream_length``; worker processes':
+        ``death_timeout`` (seconds without a heartbeat before a worker is removed),
+        ``worker_start_timeout``, and ``cancelled_task_timeout`` (None, the default: a
+        task cancelled while it runs goes on to its end, taking its thread, which gets
+        no new work meanwhile; a number of seconds: a worker process where such a task
+        still runs that long after is restarted). ``no_workers_timeout`` (30 s): how
+        long a task restricted to workers that are not there (``workers=[...]``, a
+        worker that died) waits in the state ``no-worker`` for one of them to join
+        before it fails with NoValidWorkerError (None: for ever). A bad value fails
+        here with a ValueError naming the setting, before anything starts.
         """
-        if not isinstance(n_workers, int) or n_workers < 0:
-            raise ValueError(f"n_workers must be a whole number >= 0, got {n_workers!r}.")
         if worker_config is None:  # dask.config's profiling settings, unless keywords say
             for name, key in (
                 ("profile_interval", PROFILE_INTERVAL),
@@ -111,9 +135,31 @@ class KernelCluster:
                         settings[name] = value  # type: ignore[literal-required]
         if worker_saturation is None:
             worker_saturation = dask_setting(WORKER_SATURATION) or 1.5
+        checked = check_cluster_settings(
+            n_workers=n_workers,
+            processes=processes,
+            worker_saturation=worker_saturation,
+            queue_seconds=queue_seconds,
+            allowed_failures=allowed_failures,
+            death_timeout=death_timeout,
+            worker_start_timeout=worker_start_timeout,
+            task_stream_length=task_stream_length,
+            cancelled_task_timeout=cancelled_task_timeout,
+            no_workers_timeout=no_workers_timeout,
+        )
         self.worker_config = _worker_config(
             n_workers, threads_per_worker, memory_limit, worker_config, settings
         )
+        if processes:
+            check_process_memory(memory_limit, self.worker_config.memory_limit)
+        root = self.worker_config.local_directory
+        if root is not None:
+            make_local_directory(root)
+        worker_saturation = checked["worker_saturation"]
+        queue_seconds = checked["queue_seconds"]
+        death_timeout = checked["death_timeout"]
+        worker_start_timeout = checked["worker_start_timeout"]
+        cancelled_task_timeout = checked["cancelled_task_timeout"]
         if not isinstance(history, bool):
             raise TypeError(
                 f"history={history!r}: give True (record this cluster's runs, the default) "
@@ -130,10 +176,8 @@ class KernelCluster:
         self._lock = threading.Lock()
         self._worker_counter = itertools.count()
         self.secret = new_secret()
-        root = self.worker_config.local_directory
-        if root is not None:
-            os.makedirs(root, exist_ok=True)
         sweep_stale_directories(root)  # left by kernels that were killed
+        sweep_stale_segments()  # their workers' shared memory not claimed
         self.local_directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=root)
         write_owner_file(self.local_directory)
         # the secret on disk (mode 0600) lets `kernel-cluster-worker --token-file` join
@@ -144,7 +188,10 @@ class KernelCluster:
         self.unpickling = Offloader(f"{self.name}-unpickle", self.worker_config.serialize_timeout)
         if processes:
             self.unpickling.start()
-        self.peers = InProcessPeers(RemoteData(self.pool, offloader=self.unpickling))
+        # a reader of shared memory only: the kernel's gather takes large values there
+        self.peers = InProcessPeers(
+            RemoteData(self.pool, offloader=self.unpickling, shared=SharedMemory(0))
+        )
         self.dispatcher = Dispatcher()
         self.loop_thread = LoopThread(f"{self.name}-loop")
         self.scheduler: Scheduler = self.loop_thread.run(
@@ -154,6 +201,7 @@ class KernelCluster:
                 queue_seconds=queue_seconds,
                 allowed_failures=allowed_failures,
                 task_stream_length=task_stream_length,
+                no_workers_timeout=checked["no_workers_timeout"],
             )
         )
         self.server: SchedulerServer | None = None
@@ -172,6 +220,7 @@ class KernelCluster:
                     self._worker_counter,
                     lambda: self.status,
                     worker_start_timeout,
+                    cancelled_task_timeout,
                 )
                 nanny.target = n_workers
                 self.server = nanny.server = SchedulerServer(
@@ -185,6 +234,7 @@ class KernelCluster:
                 self.scheduler.running_source = nanny.running_on
                 self.loop_thread.run(self.server.start)
                 self.loop_thread.run(nanny.spawn_many, n_workers)
+                self.loop_thread.run(nanny.start_watching)
             else:
                 for _ in range(n_workers):
                     self.loop_thread.run(self._start_worker)
@@ -354,12 +404,44 @@ class KernelCluster:
         self.scale(0)
         self.scale(n)
 
+    @property
+    def in_this_process(self) -> bool:
+        """False in a child forked from the process that made the cluster, where its
+        threads do not run (and its workers and files are the parent's)."""
+        return self.loop_thread.pid == os.getpid()
+
+    def refuse_own_threads(self, what: str) -> None:
+        """RuntimeError if called on this cluster's event loop or callback thread (a
+        scheduler plugin, a future's done-callback) or inside one of its tasks: ``what``
+        (closing) waits for that loop, or stops the very thread it runs on, and would
+        stop half-way."""
+        if self.loop_thread.in_loop_thread() or self.loop_thread.callbacks.in_thread():
+            raise RuntimeError(
+                f"{what} cannot be called from a future's done-callback or a scheduler "
+                f"plugin of {self.name}: it stops the threads they run on. Close from "
+                "the code that made the client or cluster (after wait(...), or in a finally "
+                "block), or have the callback set a threading.Event that this code waits on."
+            )
+        me = threading.get_ident()
+        if any(me in worker.pool.idents for worker in list(self.workers.values())):
+            raise RuntimeError(
+                f"{what} cannot be called inside a task of {self.name}: closing stops the "
+                "threads its tasks run on, this one among them. Return from the task and close "
+                "from the code that made the client or cluster."
+            )
+
     def on_close(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` when the cluster closes, first, while its loop still runs
         (the run history writes its last spans then). A hook that fails is logged."""
         self._close_hooks.append(hook)
 
     def close(self) -> None:
+        if not self.in_this_process:
+            # a forked child's copy: the workers, directory and threads are its parent's
+            _live_clusters.discard(self)
+            return
+        if self.status == "running":
+            self.refuse_own_threads(f"{self.name}.close()")
         with self._lock:
             if self.status == "closed":
                 return

@@ -97,6 +97,14 @@ class WorkerConfig:
     transfer_log_length: int = field(
         default=10_000, metadata={"help": "transfers in and out kept for the reports"}
     )
+    # large values go to readers on this machine through /dev/shm (shared_memory.py)
+    shared_memory_limit: int | None = field(
+        default=None,
+        metadata={
+            "help": "bytes of shared memory a worker process's outgoing transfers may hold "
+            "at once (default: what /dev/shm has free; 0: none, all over the socket)"
+        },
+    )
     local_directory: str | None = field(
         default=None,
         metadata={
@@ -136,6 +144,14 @@ class WorkerConfig:
         _whole("nthreads", self.nthreads, 1)
         _whole("memory_limit", self.memory_limit, 0, what="a byte count")
         _whole("transfer_log_length", self.transfer_log_length, 0)
+        if self.shared_memory_limit is not None:
+            _whole(
+                "shared_memory_limit",
+                self.shared_memory_limit,
+                0,
+                what="a byte count",
+                optional=True,
+            )
         if self.owner_pid is not None:
             _whole("owner_pid", self.owner_pid, 1, what="a process id", optional=True)
         for name in ("fine_metrics", "profile", "remove_local_directory"):
@@ -143,6 +159,11 @@ class WorkerConfig:
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         _text("name", self.name, optional=False)
         _text("local_directory", self.local_directory, optional=True)
+        if self.local_directory == "":
+            raise ValueError(
+                "local_directory must be a directory's path, got '' (None: the system's "
+                "temporary directory)."
+            )
         _text("cluster_directory", self.cluster_directory, optional=True)
         for name in (
             "heartbeat_interval",
@@ -332,12 +353,126 @@ def _text(name: str, value: Any, optional: bool) -> None:
         raise ValueError(f"{name} must be a string without NUL characters{none}, got {value!r}.")
 
 
+# -- the cluster's own settings ------------------------------------------------------------
+
+# a worker process uses about this much to start: a limit below restarts it for ever
+MIN_PROCESS_MEMORY = 32 * 2**20
+
+
+def check_cluster_settings(
+    *,
+    n_workers: Any,
+    processes: Any,
+    worker_saturation: Any,
+    queue_seconds: Any,
+    allowed_failures: Any,
+    death_timeout: Any,
+    worker_start_timeout: Any,
+    task_stream_length: Any,
+    cancelled_task_timeout: Any,
+    no_workers_timeout: Any,
+) -> dict[str, Any]:
+    """KernelCluster's settings that are not the workers': ValueError naming the first
+    bad one, its value and what it accepts; otherwise the values, numbers of seconds
+    as floats. Called before anything starts."""
+    _whole("n_workers", n_workers, 0)
+    if not isinstance(processes, bool):
+        raise ValueError(
+            f"processes must be True or False, got {processes!r} (True: worker processes; "
+            "False: threads in this process)."
+        )
+    if not _number(worker_saturation) or not worker_saturation > 0:
+        raise ValueError(
+            "worker_saturation must be a number > 0 (tasks sent to a worker per thread "
+            f"before the rest wait on the scheduler; inf: no limit), got {worker_saturation!r}."
+        )
+    _whole("allowed_failures", allowed_failures, 0)  # worker deaths a task may survive
+    _whole("task_stream_length", task_stream_length, 0)  # records kept
+    out = {
+        "n_workers": n_workers,
+        "processes": processes,
+        "worker_saturation": float(worker_saturation),
+        "allowed_failures": allowed_failures,
+        "task_stream_length": task_stream_length,
+    }
+    if not _number(queue_seconds) or not 0 <= queue_seconds < math.inf:
+        raise ValueError(f"queue_seconds must be a number of seconds >= 0, got {queue_seconds!r}.")
+    out["queue_seconds"] = float(queue_seconds)
+    for name, value in (
+        ("death_timeout", death_timeout),
+        ("worker_start_timeout", worker_start_timeout),
+    ):
+        if not _number(value) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
+        out[name] = float(value)
+    if cancelled_task_timeout is not None:
+        if not _number(cancelled_task_timeout) or not 0 < cancelled_task_timeout < math.inf:
+            raise ValueError(
+                "cancelled_task_timeout must be a positive number of seconds or None, got "
+                f"{cancelled_task_timeout!r}."
+            )
+        if not processes:
+            raise ValueError(
+                f"cancelled_task_timeout={cancelled_task_timeout!r} needs worker processes "
+                "(processes=True): a thread running a cancelled task cannot be stopped, only "
+                "a process restarted."
+            )
+        cancelled_task_timeout = float(cancelled_task_timeout)
+    out["cancelled_task_timeout"] = cancelled_task_timeout
+    if no_workers_timeout is not None:
+        if not _number(no_workers_timeout) or not 0 < no_workers_timeout < math.inf:
+            raise ValueError(
+                "no_workers_timeout must be a positive number of seconds or None (wait for "
+                f"ever), got {no_workers_timeout!r}."
+            )
+        no_workers_timeout = float(no_workers_timeout)
+    out["no_workers_timeout"] = no_workers_timeout
+    return out
+
+
+def check_process_memory(memory_limit: Any, limit: int) -> None:
+    """A worker process cannot live under ``MIN_PROCESS_MEMORY``: refuse a limit below
+    (``memory_limit=4`` is 4 bytes, surely not what was meant)."""
+    if 0 < limit < MIN_PROCESS_MEMORY:
+        raise ValueError(
+            f"memory_limit={memory_limit!r} is {limit} bytes per worker; a worker process "
+            "needs at least 32 MiB (below what it uses to start it would be restarted over "
+            "and over). Give a size with its unit, e.g. '4 GiB', or 0 for no limit."
+        )
+
+
+def make_local_directory(path: str) -> None:
+    """Make ``local_directory`` (and its parents) if need be; ValueError naming it."""
+    if os.path.isfile(path):
+        raise ValueError(f"local_directory={path!r} is a file, not a directory.")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(
+            f"local_directory={path!r} cannot be made: {exc.strerror or exc}; give a "
+            "directory you can write to, or None for the system's temporary directory."
+        ) from None
+
+
+def _number(value: Any) -> bool:
+    """A real number (not a bool, not NaN)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and value == value
+
+
 # -- memory sizes -----------------------------------------------------------------------
 
 
 def parse_memory_limit(memory_limit: int | float | str | None, n_workers: int) -> int:
     """Bytes per worker; ``"auto"`` shares the machine's memory between the workers."""
     total = psutil.virtual_memory().total
+    if isinstance(memory_limit, bool) or (
+        isinstance(memory_limit, float) and not math.isfinite(memory_limit)
+    ):
+        raise ValueError(
+            f"memory_limit={memory_limit!r} is not understood: use 'auto', a byte count, "
+            "a string such as '2 GiB', a fraction of the machine's memory between 0 and 1, "
+            "or 0 for no limit."
+        )
     if memory_limit is None or memory_limit == 0:
         return 0
     if memory_limit == "auto":

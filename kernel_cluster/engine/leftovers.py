@@ -56,7 +56,7 @@ def _kill_orphans(directory: str) -> None:
     """Kill the worker processes of a dead kernel's directory that still run."""
     for owner_file in glob.glob(os.path.join(directory, "*", OWNER_FILE)):
         owner = _read_owner(owner_file)
-        if owner is None or not _alive(*owner):
+        if owner is None or not alive(*owner):
             continue
         with contextlib.suppress(psutil.Error):
             process = psutil.Process(owner[0])
@@ -74,7 +74,7 @@ def _read_owner(path: str) -> tuple[int, float] | None:
         return None
 
 
-def _alive(pid: int, create_time: float | None) -> bool:
+def alive(pid: int, create_time: float | None) -> bool:
     try:
         process = psutil.Process(pid)
         if create_time is not None and abs(process.create_time() - create_time) > 1.0:
@@ -113,7 +113,7 @@ def sweep_stale_directories(root: str | None = None) -> list[str]:
         except OSError:
             continue
         owner = _owner(directory)
-        if owner is None or _alive(*owner):
+        if owner is None or alive(*owner):
             continue
         _kill_orphans(directory)
         shutil.rmtree(directory, ignore_errors=True)

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import logging
+import os
 import selectors
 import threading
 from collections import deque
@@ -73,6 +74,19 @@ class _EngineLoop(asyncio.SelectorEventLoop):
             super()._write_to_self()  # type: ignore[misc]  # private to asyncio: not in typeshed
 
 
+def check_process(pid: int, what: str) -> None:
+    """``what`` (a cluster, a client) was made in process ``pid``: refuse to use it in
+    another, a child forked from it, where its threads do not exist and a wait would
+    never end."""
+    if os.getpid() != pid:
+        raise RuntimeError(
+            f"{what} belongs to process {pid}; this is a child forked from it (pid "
+            f"{os.getpid()}), where the cluster's threads do not run, so nothing sent to it "
+            "would ever be answered. Create a new Client() in the child (a cluster of its "
+            "own), or start children with multiprocessing's 'spawn' or 'forkserver' method."
+        )
+
+
 class CallbackThread:
     """Runs user callbacks one after the other on a thread of its own, from ``start``
     until ``stop``.
@@ -94,6 +108,10 @@ class CallbackThread:
             if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
+
+    def in_thread(self) -> bool:
+        """Whether the caller runs on this thread (inside a callback)."""
+        return self._thread is threading.current_thread()
 
     def submit(self, fn: Callable[[], Any]) -> None:
         """Call ``fn()`` on the callback thread, after those submitted before it."""
@@ -128,6 +146,8 @@ class CallbackThread:
 
 class LoopThread:
     def __init__(self, name: str = "kernel-cluster-loop"):
+        self.pid = os.getpid()
+        self.name = name
         self.loop = _EngineLoop()
         # user callbacks (futures' done-callbacks) run here, never on the loop
         self.callbacks = CallbackThread(f"{name}-callbacks")
@@ -164,6 +184,8 @@ class LoopThread:
         In a context of its own: asyncio would run it in a copy of the caller's, and a
         caller inside a task would hand the engine that task's metrics listener.
         """
+        check_process(self.pid, f"The engine loop {self.name}")
+        self._check_running()
         self.loop.call_soon_threadsafe(fn, *args, context=contextvars.Context())
 
     # a coroutine function's result is what its coroutine returns, a function's its own
@@ -180,6 +202,7 @@ class LoopThread:
 
     def run(self, fn: Callable[[*Ts], Any], *args: *Ts, timeout: float | None = None) -> Any:
         """Run ``fn(*args)`` (a function or coroutine function) on the loop and wait for it."""
+        check_process(self.pid, f"The engine loop {self.name}")
         if self.in_loop_thread():
             raise RuntimeError(
                 "This call blocks until the engine answers and cannot be made from the engine's "
@@ -188,7 +211,9 @@ class LoopThread:
         future = self.submit(fn, *args)
         try:
             return future.result(timeout)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:  # concurrent.futures' is the builtin, as ``fn``'s own may be
+            if future.done():
+                raise  # ``fn`` itself raised it
             raise TimeoutError(f"The engine did not answer within {timeout} s.") from None
 
     def submit(self, fn: Callable[[*Ts], Any], *args: *Ts) -> concurrent.futures.Future[Any]:
@@ -218,8 +243,19 @@ class LoopThread:
             else:
                 future.set_result(result)
 
+        self._check_running()
         self.loop.call_soon_threadsafe(start, context=contextvars.Context())
         return future
+
+    def _check_running(self) -> None:
+        """A RuntimeError that says what happened, rather than asyncio's "Event loop is
+        closed", for a call after the cluster closed (a view of a closed cluster)."""
+        if self.loop.is_closed() or not self._thread.is_alive():
+            raise RuntimeError(
+                f"The engine ({self.name}) has stopped: its cluster was closed, and has "
+                "nothing more to run or show. Start a new KernelCluster (or Client()) for "
+                "more work; what the views showed before is gone with it."
+            )
 
     def stop(self, timeout: float = 10) -> None:
         if self._thread.is_alive():

@@ -28,6 +28,7 @@ import psutil
 from .comm import TOKEN_ENV
 from .config import WorkerConfig
 from .pulse import read_pulse
+from .shared_memory import remove_segments_of
 from .slots import read_running
 
 if TYPE_CHECKING:
@@ -84,9 +85,11 @@ class Nanny:
         names: Iterator[int],
         status: Callable[[], str],
         start_timeout: float,
+        cancelled_task_timeout: float | None = None,
     ) -> None:
         """``config_of(name)``: a worker's settings; ``names``: numbers for new worker
-        names (never reused); ``status()``: the cluster's status."""
+        names (never reused); ``status()``: the cluster's status;
+        ``cancelled_task_timeout``: see ``watch_cancelled``."""
         self.scheduler = scheduler
         self.secret = secret
         self.local_directory = local_directory
@@ -98,7 +101,62 @@ class Nanny:
         self.target = 0  # worker processes wanted: failed restarts are retried
         self._procs: dict[str, _WorkerProcess] = {}
         self._monitors: set[asyncio.Task] = set()  # also those retrying a restart
+        self.cancelled_task_timeout = cancelled_task_timeout
+        # (address, key) -> when a task freed while it ran was first seen running on
+        self._cancelled_since: dict[tuple[str, Any], float] = {}
         self._memory_watch: asyncio.Task | None = None
+
+    def start_watching(self) -> None:
+        """Start ``watch_cancelled`` if a ``cancelled_task_timeout`` is set (on the loop)."""
+        if self.cancelled_task_timeout is not None:
+            task = asyncio.get_running_loop().create_task(self.watch_cancelled())
+            self._monitors.add(task)
+            task.add_done_callback(self._monitors.discard)
+
+    async def watch_cancelled(self) -> None:
+        """Restart a worker process on which a task freed while it ran (cancelled, or
+        released) still runs ``cancelled_task_timeout`` seconds later: a thread cannot
+        be interrupted, and the task may never end (a loop that ignores cancellation).
+        Its other tasks run elsewhere, without blame; what it held is computed again."""
+        timeout = self.cancelled_task_timeout
+        assert timeout is not None
+        while True:
+            await asyncio.sleep(min(max(timeout / 4, 0.05), 1.0))
+            self.check_cancelled(time.monotonic())
+
+    def check_cancelled(self, now: float) -> None:
+        timeout = self.cancelled_task_timeout
+        assert timeout is not None
+        seen = self._cancelled_since
+        running = {
+            (address, key)
+            for address, ws in self.scheduler.state.workers.items()
+            for key in ws.running_cancelled
+        }
+        for entry in list(seen):
+            if entry not in running:
+                del seen[entry]
+        overdue: dict[str, Any] = {}
+        for entry in running:
+            since = seen.setdefault(entry, now)
+            if now - since >= timeout:
+                overdue.setdefault(entry[0], entry[1])
+        for address, key in overdue.items():
+            self.restart_worker(
+                address,
+                f"task {key!r} was cancelled {timeout:g} s ago and still runs "
+                "(cancelled_task_timeout)",
+            )
+
+    def restart_worker(self, address: str, reason: str) -> None:
+        """End the worker process at ``address`` and start another in its place. Its tasks
+        are not blamed (the scheduler removes it as stopped on purpose)."""
+        for wp in self._procs.values():
+            if wp.address == address and not wp.stopping and wp.ending is None:
+                logger.warning("Restarting worker %s (pid %d): %s", wp.name, wp.proc.pid, reason)
+                self.scheduler.remove_worker(address, reason=reason, expected=True)
+                wp.ending = asyncio.get_running_loop().create_task(self._end(wp))
+                return
 
     @property
     def n_live(self) -> int:
@@ -297,6 +355,7 @@ class Nanny:
         # a process that crashed could not remove its directory (spill files, slots, now
         # read): its name is not used again, so nothing else will
         shutil.rmtree(os.path.join(self.local_directory, wp.name), ignore_errors=True)
+        remove_segments_of(wp.proc.pid)  # made for readers that had not claimed them
         if wp.stopping or self.status() not in ("running", "starting"):
             return
         if not wp.registered.is_set():

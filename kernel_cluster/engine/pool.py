@@ -9,12 +9,22 @@ Idle threads wait on a stack, and new work goes to the one that went idle last:
 in a chain of tasks the same thread runs them all, warm, and the other threads
 stay asleep instead of taking turns (each turn costs extra wake-ups and GIL
 hand-offs between threads that all want to run).
+
+Slots. ``nthreads`` threads take work: each holds a slot. A task that waits for
+other tasks (``secede``) gives its thread's slot to another thread, so the pool
+still runs ``nthreads`` tasks at once while it waits: a spare thread takes it, or a
+new one is started. ``rejoin`` takes a slot back, waiting until a thread that holds
+one lets it go (it goes idle or finishes a task); that thread becomes a spare.
+A thread that finishes a task it seceded from without rejoining becomes a spare too.
+Spares sleep until a slot comes their way; the pool never has fewer than
+``nthreads`` threads, nor more than that plus the most tasks ever seceded at once.
 """
 
 from __future__ import annotations
 
 import _thread
 import contextvars
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -33,25 +43,46 @@ def in_task_thread() -> bool:
 
 
 class TaskThreadPool:
-    def __init__(self, nthreads: int, name: str, wake: Callable[[], None]):
-        """``wake`` is called (from a task thread) when results wait in ``done``."""
+    def __init__(
+        self,
+        nthreads: int,
+        name: str,
+        wake: Callable[[], None],
+        on_thread: Callable[[], None] | None = None,
+    ):
+        """``wake`` is called (from a task thread) when results wait in ``done``;
+        ``on_thread`` on each thread as it starts, and as a spare takes a slot: its
+        time until then belongs to no task, nor is it idle."""
         self.nthreads = nthreads
+        self.name = name
         self.done: deque = deque()
         self._wake = wake
+        self._on_thread = on_thread
         self._wake_pending = False
         self._pending: deque = deque()
-        self._idle: list = []  # locks of sleeping threads, held until work arrives
+        self._idle: list = []  # locks of sleeping threads that hold a slot
         self._mutex = threading.Lock()
         self.running: set[int] = set()  # idents of threads inside a task right now
-        self.threads = [
-            threading.Thread(target=self._work, name=f"{name}-task-{i}", daemon=True)
-            for i in range(nthreads)
-        ]
-        for t in self.threads:
-            t.start()
+        self._spares: list = []  # locks of sleeping threads without a slot
+        self._rejoining: deque = deque()  # locks of seceded threads waiting for a slot
+        self._demoted: set = set()  # locks of idle threads whose slot a rejoin took
+        self.seceded: set[int] = set()  # idents of threads that gave their slot away
+        self._stopping = False
+        self._numbers = itertools.count()
+        self.threads: list[threading.Thread] = []
+        for _ in range(nthreads):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        thread = threading.Thread(
+            target=self._work, name=f"{self.name}-task-{next(self._numbers)}", daemon=True
+        )
+        self.threads.append(thread)
+        thread.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on a free thread; its return value lands in ``done``."""
+        """Run ``fn(*args)`` on a free thread; its return value lands in ``done``
+        (unless it is None)."""
         self._put((fn, args))
 
     def _put(self, item: Any) -> None:
@@ -74,8 +105,66 @@ class TaskThreadPool:
             out.append(done.popleft())
         return out
 
+    # -- seceding ----------------------------------------------------------------------
+
+    def secede(self) -> bool:
+        """The calling task thread gives its slot to another thread while its task waits
+        (see the module's docstring). False if it is no thread of this pool, or has
+        seceded already."""
+        me = threading.get_ident()
+        with self._mutex:
+            if me in self.seceded or me not in self.running:
+                return False
+            self.seceded.add(me)
+            self._give_slot()
+        return True
+
+    def rejoin(self) -> None:
+        """Take a slot back after ``secede``: at once if a thread holding one is idle,
+        else when one lets go of its slot. Nothing if the thread had not seceded."""
+        me = threading.get_ident()
+        with self._mutex:
+            if me not in self.seceded:
+                return
+            self.seceded.discard(me)
+            if self._stopping:
+                return
+            if self._idle:  # an idle thread holds a slot it does not use: take it
+                lock = self._idle.pop()
+                self._demoted.add(lock)
+                lock.release()
+                return
+            mine = _thread.allocate_lock()
+            mine.acquire()
+            self._rejoining.append(mine)
+        mine.acquire()  # released by a thread handing its slot over (or by stop)
+
+    def _give_slot(self) -> None:
+        """A slot is free (mutex held): to a thread rejoining, else a spare, else a new
+        thread."""
+        if self._rejoining:
+            self._rejoining.popleft().release()
+        elif self._spares:
+            self._spares.pop().release()
+        elif not self._stopping:
+            self._start_thread()
+
+    def _let_go(self, me: int) -> bool:
+        """After a task: whether this thread must give up its slot (mutex held): it
+        seceded from the task it ran, or a seceded thread wants a slot back."""
+        if me in self.seceded:  # it had given its slot away already
+            self.seceded.discard(me)
+            return not self._stopping  # stopping: it goes on to take a _STOP
+        if self._rejoining and not self._stopping:
+            self._rejoining.popleft().release()
+            return True
+        return False
+
+    # -- the threads -------------------------------------------------------------------
+
     def _work(self) -> None:
         pending, idle, mutex = self._pending, self._idle, self._mutex
+        spares, demoted = self._spares, self._demoted
         asleep = _thread.allocate_lock()
         asleep.acquire()
         # Tasks run in a context of their own, which keeps what they leave in context
@@ -84,6 +173,8 @@ class TaskThreadPool:
         run = contextvars.copy_context().run
         me = threading.get_ident()
         _task_threads.add(me)
+        if self._on_thread is not None:
+            self._on_thread()
         try:
             while True:
                 try:
@@ -92,8 +183,23 @@ class TaskThreadPool:
                     with mutex:
                         if pending:
                             continue
-                        idle.append(asleep)
-                    asleep.acquire()  # released by submit, which hands this thread work
+                        spare = bool(self._rejoining) and not self._stopping
+                        if spare:  # idle, and its slot is wanted: hand it over
+                            self._rejoining.popleft().release()
+                            spares.append(asleep)
+                        else:
+                            idle.append(asleep)
+                    asleep.acquire()  # released by submit (work), rejoin or _give_slot
+                    if not spare and demoted:
+                        with mutex:
+                            if asleep in demoted:  # a rejoining thread took its slot
+                                demoted.discard(asleep)
+                                spares.append(asleep)
+                                spare = True
+                        if spare:
+                            asleep.acquire()  # a spare until _give_slot
+                    if spare and self._on_thread is not None:
+                        self._on_thread()
                     continue
                 if item is _STOP:
                     return
@@ -107,8 +213,18 @@ class TaskThreadPool:
                 # let go of the task's inputs and result before the next task or a sleep:
                 # locals here would keep them alive after the worker released them
                 item = fn = args = None
-                self.emit(result)
+                if result is not None:  # None: the work was withdrawn, nothing to say
+                    self.emit(result)
                 result = None
+                if self._rejoining or self.seceded:
+                    with mutex:
+                        spare = self._let_go(me)
+                        if spare:
+                            spares.append(asleep)
+                    if spare:
+                        asleep.acquire()  # until _give_slot hands it one (or stop)
+                        if self._on_thread is not None:
+                            self._on_thread()
         finally:
             _task_threads.discard(me)
 
@@ -123,8 +239,15 @@ class TaskThreadPool:
             self._wake()
 
     def stop(self, timeout: float = 10) -> None:
-        for _ in self.threads:
+        with self._mutex:
+            self._stopping = True
+            threads = list(self.threads)
+            for lock in self._spares + list(self._rejoining):
+                lock.release()  # spares go on to take a _STOP; rejoiners back to their task
+            self._spares.clear()
+            self._rejoining.clear()
+        for _ in threads:
             self._put(_STOP)
-        for t in self.threads:
+        for t in threads:
             if t is not threading.current_thread():
                 t.join(timeout)

@@ -25,6 +25,7 @@ from ..core.scheduler_messages import (
     ClientRemoved,
     GraphSubmitted,
     ReportKey,
+    ReportNoWorker,
     ResultSerializationFailed,
     SchedulerEvent,
     SchedulerInstruction,
@@ -41,6 +42,7 @@ from ..core.spans import SpanTree
 from .code_sources import MAX_FILES
 from .execute import pack_exception
 from .memory_monitor import UnspillableMemoryError
+from .no_worker import NoWorkerTimers
 from .plugins import PluginSet, SchedulerPlugin, startstop_dicts
 from .run_function import run_on
 from .task_stream_plugin import TaskStreamPlugin
@@ -82,8 +84,11 @@ class Scheduler:
         queue_seconds: float = 0.05,
         allowed_failures: int = 3,
         task_stream_length: int = 100_000,
+        no_workers_timeout: float | None = 30.0,
         clock: Callable[[], float] = time.time,
     ):
+        """``no_workers_timeout``: seconds a task restricted to workers that are not
+        there waits for one of them to join before it fails (None: for ever)."""
         # default span ids unique to this scheduler: runs stored side by side never mix
         self.spans = SpanTree(now=clock, token=uuid.uuid4().hex[:12])
         self.extensions = {"spans": self.spans}  # where the seed finds them
@@ -113,6 +118,7 @@ class Scheduler:
         self.worker_metrics: dict[tuple, float] = {}
         self.spans.keyed_metrics = self.worker_metrics  # re-keyed as default spans fold
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
+        self.no_worker = NoWorkerTimers(no_workers_timeout, self.handle, self._stimulus, clock)
         self.cumulative_worker_metrics: dict[tuple, float] = {}
         # key -> restarts of workers stuck over their memory limit with its value, which
         # could not be spilled (MemoryStuck): past allowed_failures, the task fails
@@ -174,6 +180,7 @@ class Scheduler:
                 self.plugins.failed(plugin, "transition")
 
     def close(self) -> None:
+        self.no_worker.cancel()
         self.plugins.call_all("close")
 
     # -- membership -------------------------------------------------------------------
@@ -365,6 +372,7 @@ class Scheduler:
     def _route(self, instructions: list[SchedulerInstruction]) -> None:
         to_workers: dict[str, list[Any]] = {}
         to_clients: dict[str, list[ReportKey]] = {}
+        no_worker: dict[frozenset[str], list] | None = None
         unknown: list[SchedulerInstruction] = []
         for inst in instructions:
             if isinstance(inst, ToWorker):  # ComputeTask(Alone), FreeKeys
@@ -386,8 +394,14 @@ class Scheduler:
             elif isinstance(inst, SetClusterBusy):
                 for msgs in [to_workers.setdefault(a, []) for a in self.worker_channels]:
                     msgs.append(inst)
+            elif isinstance(inst, ReportNoWorker):
+                if no_worker is None:
+                    no_worker = {}
+                no_worker.setdefault(inst.workers, []).extend(inst.keys)
             else:
                 unknown.append(inst)
+        if no_worker:
+            self.no_worker.report(no_worker)
         # clients first: their handlers never call back, while a worker's may
         for client_id, reports in to_clients.items():
             handler = self.client_handlers.get(client_id)
@@ -477,11 +491,16 @@ class Scheduler:
 
     # -- data -------------------------------------------------------------------------
 
-    async def gather(self, keys: list[Key]) -> tuple[dict, list[Key]]:
+    async def gather(
+        self, keys: list[Key], deadline: float | None = None
+    ) -> tuple[dict, list[Key]]:
         """Values of ``keys``, and the keys that cannot be had.
 
-        A key that is being computed again (its holder died) is waited for.
+        A key that is being computed again (its holder died) is waited for, until
+        ``deadline`` at most (``time.monotonic()``, the loop's clock; None: as long as
+        it takes): then TimeoutError.
         """
+        loop = asyncio.get_running_loop()
         out: dict = {}
         todo = list(keys)
         while todo:
@@ -490,13 +509,24 @@ class Scheduler:
             waitable = [k for k in missing if self._will_be_in_memory(k)]
             if not waitable:
                 return out, missing
-            loop = asyncio.get_running_loop()
             futures = []
             for k in waitable:
                 f = loop.create_future()
                 self._key_waiters.setdefault(k, []).append(f)
                 futures.append(f)
-            await asyncio.wait(futures)
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            _, pending = await asyncio.wait(futures, timeout=left)
+            if pending:
+                for k, f in zip(waitable, futures, strict=True):
+                    waiters = self._key_waiters.get(k)
+                    if waiters is not None and f in waiters:
+                        waiters.remove(f)
+                        if not waiters:
+                            del self._key_waiters[k]
+                raise TimeoutError(
+                    f"The result of {waitable[0]!r} was lost with its worker and is being "
+                    "computed again; it was not back in time."
+                )
             todo = missing
         return out, []
 

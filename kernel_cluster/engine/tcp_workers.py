@@ -36,6 +36,7 @@ from .comm import (
 )
 from .execute import pack_exception
 from .offload import Offloader, run_here
+from .shared_memory import Claimed, SharedMemory, SharedValue
 from .wire import (
     DataReply,
     GetData,
@@ -208,15 +209,24 @@ class RemoteData:
 
     Each value arrives pickled on its own (``Pickled``) and is unpickled by
     ``offloader``, off the event loop and within its time limit (None: here, on the
-    loop); one that fails to load is an error for its key alone.
+    loop); one that fails to load is an error for its key alone. With ``shared``
+    (engine/shared_memory.py), a worker on this machine sends large values through
+    shared memory: they are claimed as the reply arrives, before the connection is
+    used again (the worker removes, at the next request, what was not), then rebuilt
+    as the others are; one that cannot be claimed is asked for again over the socket.
     """
 
     def __init__(
-        self, pool: ConnectionPool, who: str = "scheduler", offloader: Offloader | None = None
+        self,
+        pool: ConnectionPool,
+        who: str = "scheduler",
+        offloader: Offloader | None = None,
+        shared: SharedMemory | None = None,
     ):
         self.pool = pool
         self.who = who
         self.offloader = offloader
+        self.shared = shared
 
     async def get_data(
         self, peer: str, keys: list[Key], stats: dict | None = None, who: str | None = None
@@ -232,22 +242,28 @@ class RemoteData:
         errors: dict = {}
         bytes_read = 0
         todo = list(keys)
+        shm = self.shared.identity if self.shared is not None else ""
         while todo:
             one: dict = {}
             try:
-                reply = await self.pool.rpc(peer, GetData(todo, who or self.who), one)
+                request = GetData(todo, who or self.who, shm=shm)
+                reply = await self.pool.rpc(peer, request, one)
             except (TimeoutError, CommError, OSError) as exc:
                 raise OSError(f"could not get data from {peer}: {exc}") from exc
             if type(reply) is not DataReply:
                 raise OSError(f"could not get data from {peer}: it answered {reply!r}")
+            unclaimed = self._claim(peer, reply.data)  # before any other await
             bytes_read += one.get("bytes_read", 0)
             data.update(reply.data)
             nbytes.update(reply.nbytes)
             errors.update(reply.errors or {})
             more = list(reply.more or ())
-            if len(more) >= len(todo):  # no progress: never loop on a confused peer
+            if len(more) >= len(todo) and not unclaimed:  # never loop on a confused peer
                 logger.warning("%s sent none of %d keys asked for", peer, len(todo))
                 break
+            if unclaimed:  # again, over the socket
+                shm = ""
+                more.extend(unclaimed)
             todo = more
         if stats is not None:
             stats["bytes_read"] = bytes_read
@@ -256,10 +272,28 @@ class RemoteData:
             raise UnserializableResults(peer, data, nbytes, errors, here)
         return data, nbytes
 
+    def _claim(self, peer: str, data: dict) -> list[Key]:
+        """Map the segments of the SharedValues in ``data`` (replaced by Claimed);
+        returns the keys of those that could not be, taken out of ``data``."""
+        failed = []
+        for key, value in data.items():
+            if type(value) is not SharedValue:
+                continue
+            try:
+                if self.shared is None:
+                    raise OSError("this reader has no shared memory")
+                data[key] = self.shared.claim(value)
+            except OSError as exc:
+                logger.warning("Could not map %r sent by %s (%s); asking again", key, peer, exc)
+                failed.append(key)
+        for key in failed:
+            del data[key]
+        return failed
+
     async def _unpickle(self, peer: str, data: dict, nbytes: dict, errors: dict) -> frozenset:
         """Rebuild the values of ``data`` in place; those that fail go to ``errors``.
         Returns the keys that failed here."""
-        keys = [key for key, value in data.items() if type(value) is Pickled]
+        keys = [key for key, value in data.items() if type(value) in (Pickled, Claimed)]
         if not keys:
             return frozenset()
 
@@ -267,7 +301,8 @@ class RemoteData:
             return f"the result of task {key!r}, sent by {peer} to {self.who}"
 
         def load(key: Key) -> Any:
-            return unpickle(data[key], what(key))
+            value = data[key]
+            return value.value() if type(value) is Claimed else unpickle(value, what(key))
 
         offloader = self.offloader
         outcomes = run_here(load, keys) if offloader is None else await offloader.map(load, keys)

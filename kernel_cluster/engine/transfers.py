@@ -39,6 +39,7 @@ from .comm import (
 from .execute import pack_exception
 from .offload import Offloader, run_here
 from .process_meter import context_meter
+from .shared_memory import SharedMemory, SharedValue
 from .spill import SpillBuffer
 from .tcp_workers import UnserializableResults
 from .wire import (
@@ -93,6 +94,11 @@ _PLAIN_SIZED = frozenset({str, bytes})
 _PLAIN_MAX = 64 * 1024
 
 
+def _shared_bytes(digests: list[tuple]) -> float:
+    """Bytes of a transfer that went through shared memory, not the network."""
+    return sum(v for label, v, unit in digests if label == "shared-memory" and unit == "bytes")
+
+
 # room kept in a get-data reply for its body besides the values and keys
 _REPLY_HEADROOM = 64 * 1024
 
@@ -141,6 +147,9 @@ class PeerTransfers:
         self.send_to_scheduler = send_to_scheduler
         self.offloader = offloader
         self.fine_metrics = False  # the worker's setting: it sets this when it changes
+        # a worker process's shared memory (engine/shared_memory.py): large values go
+        # that way to readers on this machine; set by worker_process.serve
+        self.shared: SharedMemory | None = None
         # the latest transfers in and out (``log_entry``'s dicts): the performance
         # report's bandwidth charts read them
         self.incoming_log: deque[dict] = deque(maxlen=log_length)
@@ -201,7 +210,7 @@ class PeerTransfers:
         if self.fine_metrics:
             add = self.metrics.add
             add(("gather-dep", "network", "seconds"), max(0.0, t1 - t0 - metered_in_transfer))
-            add(("gather-dep", "network", "bytes"), total_bytes)
+            add(("gather-dep", "network", "bytes"), max(0, total_bytes - _shared_bytes(digests)))
             add(
                 ("gather-dep", "other", "seconds"),
                 max(0.0, t2 - t1 - (frame.inner_wall - metered_in_transfer)),
@@ -242,6 +251,8 @@ class PeerTransfers:
     async def serve(self, comm: Any, raw: Any) -> None:
         """Answer one request read from a peer connection (a dict, see engine/wire.py),
         metering what sending data cost. A request that is none of ours gets an error."""
+        if self.shared is not None:  # the reader claimed the last reply's segments
+            self.shared.release(comm)
         try:
             msg = decode(raw)
         except WireError as exc:
@@ -260,9 +271,14 @@ class PeerTransfers:
         total = time.perf_counter() - t0
         add = self.metrics.add
         add(("get-data", "network", "seconds"), max(0.0, total - frame.inner_wall))
-        add(("get-data", "network", "bytes"), nbytes)
+        add(("get-data", "network", "bytes"), max(0, nbytes - _shared_bytes(digests)))
         for label, value, unit in digests:
             add(("get-data", label, unit), value)
+
+    def connection_closed(self, comm: Any) -> None:
+        """A reader's connection ended: what it did not claim will not be."""
+        if self.shared is not None:
+            self.shared.release(comm)
 
     async def _reply(self, comm: Any, msg: Any) -> int:
         start = self.now()
@@ -271,7 +287,8 @@ class PeerTransfers:
         write = comm.write if limit is None else partial(comm.write, max_message_size=limit)
         if type(msg) is GetData:
             limits = (limit, getattr(comm, "max_message_size", None))
-            reply = await self.data_reply(msg, min((x for x in limits if x), default=2**63))
+            most = min((x for x in limits if x), default=2**63)
+            reply = await self.data_reply(msg, most, channel=comm)
         else:
             reply = await self.handle_request(msg)
         try:
@@ -287,21 +304,32 @@ class PeerTransfers:
             return 0
         return self._log_sent(msg.who, reply.data, reply.nbytes, written, start)
 
-    async def data_reply(self, msg: GetData, limit: int) -> DataReply:
+    async def data_reply(self, msg: GetData, limit: int, channel: Any = None) -> DataReply:
         """The values of ``msg.keys`` this worker holds, each pickled on its own, off
         the loop (``offloader``), and as many as fit under ``limit`` bytes.
 
         A value that will not pickle, takes longer than the offloader's limit, or is
-        alone over ``limit`` fails its task (the scheduler is told); the rest go.
+        alone over ``limit`` fails its task (the scheduler is told); the rest go. For
+        a reader sharing this machine's shared memory (``msg.shm``), large values go
+        there (SharedValues); the segments are ``channel``'s until the reader claims
+        them (``SharedMemory.sent``).
         """
         keys = list(msg.keys)
+        tasks = self.state.tasks
+        read: Callable[[Key], Any] = self._read_pickled
+        shared = self.shared
+        if shared is not None and msg.shm and msg.shm == shared.identity:
+            sizes = {key: ts.nbytes for key in keys if (ts := tasks.get(key)) is not None}
+            read = partial(self._read_pickled, reader=msg.shm, sizes=sizes)
         offloader = self.offloader
         if offloader is None:
-            outcomes = run_here(self._read_pickled, keys)
+            outcomes = run_here(read, keys)
         else:
-            outcomes = await offloader.map(self._read_pickled, keys, inline=self._plain)
+            outcomes = await offloader.map(read, keys, inline=self._plain)
+        if shared is not None and channel is not None:
+            sent = [out for ok, out in outcomes if ok and type(out) is SharedValue]
+            shared.sent(channel, sent)  # those left out of the reply too (fit_reply)
         reply = DataReply({}, {})
-        tasks = self.state.tasks
         for key, (ok, out) in zip(keys, outcomes, strict=True):
             if ok:
                 if out is not None:  # None: not held (any more)
@@ -318,8 +346,11 @@ class PeerTransfers:
             self._unsendable(reply, key, out)
         return self.fit_reply(reply, limit)
 
-    def _read_pickled(self, key: Key) -> Pickled | None:
-        """The value of ``key`` pickled (on the offload thread), None if not held."""
+    def _read_pickled(
+        self, key: Key, reader: str = "", sizes: dict | None = None
+    ) -> Pickled | SharedValue | None:
+        """The value of ``key`` pickled (on the offload thread), None if not held; in
+        shared memory for ``reader`` if it is large (``sizes``) and there is room."""
         data = self.data
         if isinstance(data, SpillBuffer):
             value = data.read_many([key]).get(key, _MISSING)
@@ -327,6 +358,10 @@ class PeerTransfers:
             value = data.get(key, _MISSING)
         if value is _MISSING:
             return None
+        if reader and self.shared is not None and sizes:
+            shared = self.shared.export(value, reader, sizes.get(key, 0))
+            if shared is not None:
+                return shared
         return pickle_value(value, f"the result of task {key!r}")
 
     def _in_memory(self, key: Key) -> Any:

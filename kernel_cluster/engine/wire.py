@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from ..core.scheduler_messages import (
     CancelledTasksEnded,
+    CancelledTasksRunning,
     ComputeTask,
     ComputeTaskAlone,
     DependencyFetchFailed,
@@ -46,14 +47,17 @@ from ..core.scheduler_messages import (
     SetClusterBusy,
     TaskErred,
     TaskFinished,
+    TaskSeceded,
     WorkerPauseChanged,
 )
 from ..core.worker_messages import (
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
     SendTaskFinished,
+    SendTaskSeceded,
 )
 
 __all__ = [
@@ -188,6 +192,9 @@ class GetData:
     keys: Any
     who: str = ""
     max_size: int | None = None  # the largest reply the requester accepts
+    # the requester's shared memory (engine/shared_memory.py, ``identity``): large
+    # values may come as SharedValues there; "" for none
+    shm: str = ""
 
 
 @dataclass(slots=True)
@@ -239,6 +246,8 @@ MESSAGES: tuple[type, ...] = (
     SendReplicasAdded,
     SendDependencyUnavailable,
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
+    SendTaskSeceded,
     Heartbeat,
     WorkerPaused,
     ResultUnsendable,
@@ -394,6 +403,8 @@ TO_SCHEDULER_EVENT: dict[type, type[SchedulerEvent]] = {
     SendReplicasAdded: ReplicasAdded,
     SendDependencyUnavailable: DependencyFetchFailed,
     SendCancelledTasksEnded: CancelledTasksEnded,
+    SendCancelledTasksRunning: CancelledTasksRunning,
+    SendTaskSeceded: TaskSeceded,
     ResultUnsendable: ResultSerializationFailed,
     WorkerPaused: WorkerPauseChanged,
 }

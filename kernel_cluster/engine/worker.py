@@ -23,7 +23,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, MutableMapping
-from functools import partial
 from typing import Any, Protocol
 
 import psutil
@@ -31,7 +30,7 @@ import psutil
 from ..core.annotations import current_span
 from ..core.keys import Key
 from ..core.metrics import MeterFrame, MetricsLedger
-from ..core.scheduler_messages import SetClusterBusy, ToWorker
+from ..core.scheduler_messages import FreeKeys, SetClusterBusy, ToWorker
 from ..core.thread_accounts import ThreadTimeline
 from ..core.worker_messages import (
     Execute,
@@ -50,10 +49,12 @@ from ..core.worker_state import WorkerState, WorkerTask
 from . import code_sources
 from .config import WorkerConfig
 from .execute import TaskRunner, pack_exception, run_task_unmetered
+from .handoff import PoolClaims, inputs_and, inputs_for
 from .memory_monitor import MemoryMonitor
 from .pool import TaskThreadPool
 from .process_meter import context_meter
 from .pulse import Pulse
+from .secede import WorkerThreads, forget_worker
 from .slots import RunningSlots
 from .spill import SpillBuffer
 from .stack_sampler import StackSampler
@@ -66,18 +67,6 @@ from .wire import (
 )
 
 logger = logging.getLogger(__name__)
-
-_NO_DATA: dict = {}
-
-
-def _read_inputs(data: MutableMapping, keys: list[Key]) -> dict:
-    return {k: data[k] for k in keys}
-
-
-def _read_inputs_and(data: MutableMapping, keys: list[Key], key: Key, value: Any) -> dict:
-    inputs = _read_inputs(data, keys)
-    inputs[key] = value
-    return inputs
 
 
 class Channel(Protocol):
@@ -133,7 +122,17 @@ class Worker:
         self.state = WorkerState(address=address, nthreads=nthreads, data=data)
         self.data = self.state.data
         self.scheduler: Channel | None = None
-        self.pool = TaskThreadPool(nthreads, self.name, self._wake_from_thread)
+        self.timeline = ThreadTimeline()  # each task thread's account (core/thread_accounts.py)
+        # which task each task thread runs (ident -> (key, prefix)): the profiler samples
+        # these threads; its thread starts with the periodic tasks, and stops on close
+        self.executing_by_thread: dict[int, tuple[Key, str]] = {}
+        self.threads = WorkerThreads(
+            self.timeline, self.executing_by_thread, loop, self.handle, self._is_closed
+        )
+        self.pool = TaskThreadPool(
+            nthreads, self.name, self._wake_from_thread, on_thread=self.threads.on_thread
+        )
+        self.threads.pool = self.pool
         # a worker process's record of what each task thread runs, read by its nanny
         # after a death to blame the right tasks (engine/slots.py); None when embedded
         self.slots: RunningSlots | None = None
@@ -144,9 +143,10 @@ class Worker:
         # after) is dropped when the loop handles the key's outcome, and the task is
         # then made ready the usual way. Empty unless chains are running.
         self._follow: dict[Key, Any] = {}
+        # tasks handed to the pool and not started yet, which a free may withdraw
+        self.claims = PoolClaims()
         # fine performance metrics: see core/metrics.py for what each part does
         self.metrics = MetricsLedger()
-        self.timeline = ThreadTimeline()  # each task thread's account (core/thread_accounts.py)
         self._runners: dict[int, TaskRunner] = {}  # by thread, made on their first task
         self._idle = 0.0
         self._disk_writes: dict[Key, float] = {}  # seconds spent spilling to store a result
@@ -177,9 +177,6 @@ class Worker:
             send_to_scheduler=self._send_to_scheduler,
         )
         self._use_fine_metrics(config.fine_metrics)
-        # which task each task thread runs (ident -> (key, prefix)): the profiler samples
-        # these threads; its thread starts with the periodic tasks, and stops on close
-        self.executing_by_thread: dict[int, tuple[Key, str]] = {}
         self.profiler: StackSampler | None = None
         self._profile_cycle_interval = config.profile_cycle_interval
         if config.profile:
@@ -275,7 +272,12 @@ class Worker:
         events: list[WorkerEvent | ToWorker] = []
         for msg in msgs:
             t = type(msg)
-            if isinstance(msg, ToWorker):  # ComputeTask(Alone), FreeKeys
+            if t is FreeKeys and msg.running:
+                # those not started end now (before the free), so the scheduler hears
+                # at once that they take no thread
+                events.extend(self.claims.withdraw(msg.keys, self._follow))
+                events.append(msg)
+            elif isinstance(msg, ToWorker):  # ComputeTask(Alone), FreeKeys
                 events.append(msg)
             elif t is HeartbeatReply:
                 self._learn_clock_offset(msg)
@@ -353,6 +355,7 @@ class Worker:
         if self._closed:
             return
         events = self.pool.drain()
+        self.claims.settle([ev.key for ev in events])
         follow = self._follow
         if follow:  # offers their thread did not take
             for ev in events:
@@ -448,14 +451,9 @@ class Worker:
 
     def _execute(self, key: Key, submitted: float) -> None:
         ts = self.state.tasks[key]
-        if not ts.dependencies:
-            inputs: Any = _NO_DATA
-        elif type(self.data) is dict:
-            data = self.data
-            inputs = {d.key: data[d.key] for d in ts.dependencies}
-        else:  # read on the task thread: unspilling is part of the task's time
-            inputs = partial(_read_inputs, self.data, [d.key for d in ts.dependencies])
-        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted)
+        inputs = inputs_for(self.data, ts.dependencies)
+        claim = self.claims.hand(key)
+        self.pool.submit(self._run, key, ts.spec, inputs, ts.annotation, submitted, claim)
 
     def _offer_after(self, inst: ExecuteAfter) -> None:
         """Offer ``inst.key`` to the thread running ``inst.after`` (see ``_run``). One
@@ -468,28 +466,29 @@ class Worker:
         self._follow.setdefault(inst.after, (inst.key, ts.spec, others, ts.annotation))
 
     def _run(
-        self, key: Key, spec: Any, inputs: Any, annotation: dict | None, submitted: float
+        self,
+        key: Key,
+        spec: Any,
+        inputs: Any,
+        annotation: dict | None,
+        submitted: float,
+        claim: int,
     ) -> Any:
         """On a task thread: run the task, then, while one was offered (``_offer_after``),
-        the task waiting on nothing but its result, without waiting for the loop."""
+        the task waiting on nothing but its result, without waiting for the loop.
+        Nothing (None) for a task withdrawn before it started (handoff.py)."""
+        if not self.claims.start(claim):
+            return None
         ev = self._run_one(key, spec, inputs, annotation, submitted)
         follow = self._follow
         while follow and type(ev) is ExecuteSucceeded:
             offer = follow.pop(key, None)
             if offer is None:
                 break
-            value = ev.value
             next_key, spec, others, annotation = offer
-            data = self.data
-            if not others:
-                inputs = {key: value}
-            elif type(data) is dict:
-                try:
-                    inputs = _read_inputs_and(data, others, key, value)
-                except KeyError:  # released meanwhile: the loop will sort it out
-                    break
-            else:  # read as part of the task: unspilling is its time
-                inputs = partial(_read_inputs_and, data, others, key, value)
+            inputs = inputs_and(self.data, others, key, ev.value)
+            if inputs is None:  # released meanwhile: the loop will sort it out
+                break
             ev.then = next_key
             self.pool.emit(ev)
             key = next_key
@@ -576,6 +575,7 @@ class Worker:
         if self.profiler is not None:
             self.profiler.stop()
         self.pool.stop()
+        forget_worker(self.threads)
         if isinstance(self.data, SpillBuffer):
             self.data.close()
 

@@ -17,6 +17,7 @@ from .comm import Comm, CommError, connect, listen
 from .config import WorkerConfig
 from .offload import Offloader
 from .pulse import Pulse
+from .shared_memory import SharedMemory
 from .slots import RunningSlots
 from .tcp_workers import ConnectionPool, RemoteData, StreamChannel, adopt_lower_limit
 from .wire import Registered, RegisterWorker, decode, decode_batch, encode
@@ -49,6 +50,9 @@ async def serve(
                 await worker.transfers.serve(comm, msg)
         except CommError:
             pass
+        finally:
+            if worker is not None:
+                worker.transfers.connection_closed(comm)
 
     listener = await listen(listen_address, handle_peer, secret=secret)
     pool = ConnectionPool(secret)
@@ -56,15 +60,18 @@ async def serve(
     name = config.name or listener.address
     pickling = Offloader(f"{name}-pickle", config.serialize_timeout)
     unpickling = Offloader(f"{name}-unpickle", config.serialize_timeout)
+    # large values to and from workers on this machine (and the kernel's gather)
+    shared = SharedMemory(config.shared_memory_limit)
     worker = Worker(
         address=listener.address,
         loop=loop,
-        peers=RemoteData(pool, who=listener.address, offloader=unpickling),
+        peers=RemoteData(pool, who=listener.address, offloader=unpickling, shared=shared),
         config=config if config.name else config.replace(name=listener.address),
         clock=time.time,
         in_process=False,
     )
     worker.transfers.offloader = pickling
+    worker.transfers.shared = shared
     pulse: Pulse | None = None
     if config.local_directory:
         worker.slots = RunningSlots(config.local_directory, worker.pool.idents)
@@ -121,6 +128,7 @@ async def serve(
         await pool.close()
         pickling.close(0)
         unpickling.close(0)
+        shared.close()  # the segments no reader claimed
         with contextlib.suppress(Exception):
             worker.close()
     return exit_code

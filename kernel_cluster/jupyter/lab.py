@@ -86,7 +86,7 @@ def cluster_summary(source: DiagnosticsSource) -> dict[str, Any]:
         "memory_limit": sum(w.memory_limit_bytes or 0 for w in workers.values()),
         "tasks": {
             "in_flight": now["processing"],
-            "waiting": now["waiting"] + now["queued"],
+            "waiting": now["waiting"] + now["queued"] + now["no-worker"],
             "done": ever["memory"] + ever["forgotten"],
             "erred": ever["erred"],
         },
@@ -106,9 +106,18 @@ def memory_sample(source: DiagnosticsSource, now: float) -> list[float] | None:
 def _number_or_none(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"expected a finite number or null, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)  # an int past a float's range raises OverflowError
+    except OverflowError:  # only an int can overflow here
+        bits = value.bit_length() if isinstance(value, int) else 0
+        raise ValueError(
+            f"expected a finite number or null, got an integer of {bits} bits"
+        ) from None
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number or null, got {value!r}")
+    return number
 
 
 def check_message(content: Any) -> dict[str, Any]:

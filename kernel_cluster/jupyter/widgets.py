@@ -29,8 +29,17 @@ import pathlib
 import uuid
 from typing import Any
 
-import anywidget
-import traitlets
+try:
+    import anywidget
+    import traitlets
+except ModuleNotFoundError as exc:  # a plain install: the widgets are an extra
+    raise ImportError(
+        f"kernel_cluster's notebook widgets need {exc.name}, which is not installed: "
+        "pip install 'kernel-cluster[widgets]' (anywidget, ipywidgets, bqplot). Without "
+        "them, client.fine_metrics() and kernel_cluster.fine_metrics(dask_client) give the "
+        "same numbers as a DataFrame, and performance_report(...) a page.",
+        name=exc.name,
+    ) from exc
 
 from ..diagnostics.attach import source_of
 from ..diagnostics.source import Diagnosable, WouldBlock

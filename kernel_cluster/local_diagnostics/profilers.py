@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -270,6 +271,7 @@ class CacheProfiler(_Recorder):
         self.value_metric: Callable[[Any], Any] | None = metric if custom else None
         # id(state) of each computation -> key -> (metric, cache time)
         self._cache: dict[int, dict[Any, tuple[float | None, float]]] = {}
+        self._warned = False  # about a metric that raised (once per profiler)
 
     @property
     def metric_name(self) -> str:
@@ -289,8 +291,9 @@ class CacheProfiler(_Recorder):
         else:
             try:
                 metric = float(self._metric(value))
-            except Exception:  # NaN, as where the values live: the other keys go on
+            except Exception as exc:  # NaN, as where the values live: the other keys go on
                 metric = math.nan
+                self._warn(f"{type(exc).__name__}: {exc}", key)
         # per computation: several may overlap (client.compute), each ends on its own
         self._cache.setdefault(_run_id(state), {})[key] = (metric, t)
 
@@ -298,6 +301,9 @@ class CacheProfiler(_Recorder):
         now = time.time()
         frees = state.get("free_times", {})
         measured = state.get("value_metrics", {})
+        error = state.get("value_metric_errors", {}).get(self._metric)
+        if error is not None:
+            self._warn(error, None)
         out = []
         for key, (metric, t) in self._cache.pop(_run_id(state), {}).items():
             if metric is None:
@@ -305,6 +311,19 @@ class CacheProfiler(_Recorder):
             out.append(CacheData(key, _task(dsk, key), metric, t, frees.get(key, now)))
         out.sort(key=lambda r: (r.free_time, r.cache_time))
         self.results.extend(out)
+
+    def _warn(self, error: str, key: Any) -> None:
+        """Once per profiler: its metric raised, and NaN stands for it in the results."""
+        if self._warned:
+            return
+        self._warned = True
+        on = f" on the value of {key!r}" if key is not None else " on a task's value"
+        warnings.warn(
+            f"CacheProfiler's metric {self._metric_name!r} raised {error}{on}; its results "
+            "hold NaN where it raised (this is said once per profiler).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def clear(self) -> None:
         self.results = []

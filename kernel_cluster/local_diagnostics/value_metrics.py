@@ -11,6 +11,7 @@ on every worker with ``client.run``). Nothing of this runs without such a profil
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,26 +21,37 @@ from ..core.spec import Call, TaskSpec
 
 __all__ = ["measured", "take", "wrap"]
 
-_kept: dict[str, dict[Key, tuple[float, ...] | None]] = {}
+_kept: dict[str, dict[Key, tuple[float, ...]]] = {}
+# token -> metric's place in ``fns`` -> the first error it raised, as text
+_failed: dict[str, dict[int, str]] = {}
 _lock = threading.Lock()
 
 
 def measured(token: str, key: Key, fns: tuple[Callable[[Any], Any], ...], value: Any) -> Any:
-    """``value``, after keeping ``fn(value)`` for each metric (None if one raised)."""
-    out: tuple[float, ...] | None
-    try:
-        out = tuple(float(fn(value)) for fn in fns)
-    except Exception:
-        out = None
+    """``value``, after keeping ``fn(value)`` for each metric (NaN where one raised, and
+    its first error, for the profiler to warn about)."""
+    out = []
+    failed: dict[int, str] = {}
+    for i, fn in enumerate(fns):
+        try:
+            out.append(float(fn(value)))
+        except Exception as exc:
+            out.append(math.nan)
+            failed[i] = f"{type(exc).__name__}: {exc}"
     with _lock:
-        _kept.setdefault(token, {})[key] = out
+        _kept.setdefault(token, {})[key] = tuple(out)
+        if failed:
+            first = _failed.setdefault(token, {})
+            for i, text in failed.items():
+                first.setdefault(i, text)
     return value
 
 
-def take(token: str) -> dict[Key, tuple[float, ...] | None]:
-    """The metrics kept for ``token`` in this process, forgotten here."""
+def take(token: str) -> tuple[dict[Key, tuple[float, ...]], dict[int, str]]:
+    """The metrics kept for ``token`` in this process, and the first error of each
+    metric that raised (by its place in ``fns``), forgotten here."""
     with _lock:
-        return _kept.pop(token, {})
+        return _kept.pop(token, {}), _failed.pop(token, {})
 
 
 def wrap(

@@ -172,3 +172,16 @@ def test_sizeof_pandas_reads_the_column_arrays():
     )
     exact = int(objects.memory_usage(deep=True).sum())
     assert 0.8 * exact < sizeof(objects) < 1.25 * exact
+
+
+def test_keys_with_lone_surrogates_are_refused_and_valid_text_is_not():
+    """Issue 32.3: such text has no UTF-8 form; no message or view could carry it."""
+    import pytest
+
+    from kernel_cluster.core.keys import validate_key
+
+    for bad in ("x-\ud800", ("x", "\udc80"), ("ok", ("nested-\udfff", 1))):
+        with pytest.raises(ValueError, match="lone surrogate"):
+            validate_key(bad)
+    for good in ("ключ", ("鍵", 0), "emoji-\U0001f600", b"\xff\xfe"):
+        validate_key(good)

@@ -290,7 +290,7 @@ def test_worker_restrictions_strict_and_loose():
     out = s.submit({"x": ()}, ["x"], workers=("w2",))
     assert computes(out)["x"].worker == "w2"
     out = s.submit({"y": ()}, ["y"], workers=("w9",))
-    assert not computes(out) and s.state("y") == "queued"
+    assert not computes(out) and s.state("y") == "no-worker"  # w9 is not a worker (yet)
     out = s.handle(WorkerAdded("w9", 1))
     assert computes(out)["y"].worker == "w9"
     out = s.submit({"z": ()}, ["z"], workers=("nowhere",), allow_other_workers=True)

@@ -153,6 +153,113 @@ def test_merge_counts_overlapping_time_once_and_skips_gaps(tree):
     assert merged.stop == 11.0
 
 
+# -- the whole tree's numbers at once (issue 32, scale of spans) --------------------------
+
+
+def _random_tree(tree: SpanTree, seed: int, n: int = 60) -> None:
+    import random
+
+    from kernel_cluster.core.scheduler_tasks import ALL_STATES
+
+    rng = random.Random(seed)
+    paths: list[tuple[tuple[str, str], ...]] = [()]
+    for i in range(n):
+        parent = rng.choice(paths) if rng.random() < 0.8 else paths[-1]
+        path = (*parent, (f"t{rng.randrange(8)}", f"id{i}"))
+        paths.append(path)
+        span = tree.observe(ann(*path), time=float(i))
+        for j in range(rng.randrange(3)):
+            g = group(span, f"g{i}-{j}")
+            for state in ALL_STATES:
+                g.states[state] = rng.choice([0, 0, 1, 3])
+            if rng.random() < 0.8:
+                g.add_startstops([("compute", 1.0 + i, 2.0 + i + rng.random())])
+            g.nbytes_total = rng.randrange(1000)
+        if rng.random() < 0.7:
+            span.add_metrics(("execute", "inc", "thread-cpu", "seconds"), rng.random())
+            span.add_metrics(("execute", "inc", "bytes-ish", "bytes"), rng.randrange(9))
+    # default spans, finished one after another: all but the last fold into one, whose
+    # own numbers are sums of groups let go (live ones kept) rather than its groups'
+    tree.keep_default_spans = 1
+    for i in range(4):
+        default = tree.observe(None, time=0.5 + i)
+        g = group(default, f"d{i}", forgotten=2 if i % 2 else 0, memory=0 if i % 2 else 1)
+        g.add_startstops([("compute", 0.5 + i, 1.0 + i)])
+        g.nbytes_total = 10 * i
+        if i % 2 == 0:
+            g.n_live = 1  # a result still held: the group stays as it is in the fold
+        default.add_metrics(("execute", "inc", "thread-cpu", "seconds"), 0.25)
+    tree.observe(None, time=5.0)
+    assert tree.folded is not None and tree.folded.folded >= 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_subtree_totals_are_what_each_span_says_of_itself(tree, seed):
+    from kernel_cluster.core.span_totals import subtree_totals
+
+    _random_tree(tree, seed)
+    tree.nthreads_changed(20.0, 2)
+    totals = subtree_totals(tree.spans.values(), tree.now())
+    assert set(totals) == set(tree.spans)
+    for span_id, span in tree.spans.items():
+        t = totals[span_id]
+        assert (t.start, t.stop, t.done) == (span.start, span.stop, span.done), span
+        assert t.all_durations == pytest.approx(dict(span.all_durations))
+        assert (t.nbytes_total, t.states) == (span.nbytes_total, span.states)
+        assert t.active_cpu_seconds == pytest.approx(span.active_cpu_seconds)
+        assert t.metrics == pytest.approx(span.cumulative_worker_metrics)
+    # one subtree alone (a single span's snapshot) gives the same as the whole tree
+    some = next(iter(tree.spans.values()))
+    alone = subtree_totals(some.traverse_spans(), tree.now())[some.id]
+    assert alone.metrics == pytest.approx(totals[some.id].metrics)
+
+
+def test_a_chain_of_spans_deeper_than_the_recursion_limit(tree):
+    """3,000 nested spans (the issue's): made, found by tag, summed, in steps that do
+    not grow with the depth (a chain once recursed, and summed each subtree anew)."""
+    import sys
+
+    from kernel_cluster.core.span_totals import subtree_totals
+
+    depth = sys.getrecursionlimit() + 2000
+    path: list[tuple[str, str]] = []
+    for i in range(depth):
+        path.append((f"level-{i}", f"s{i}"))
+        tree.observe(ann(*path), time=float(i))
+    deepest = tree.spans[f"s{depth - 1}"]
+    group(deepest, "leaf", memory=1).add_startstops([("compute", 1.0, 3.0)])
+    assert deepest.annotation["ids"][-1] == f"s{depth - 1}"
+    assert len(deepest.annotation["ids"]) == depth
+    assert [s.id for s in tree.find_by_tags(f"level-{depth - 1}")] == [f"s{depth - 1}"]
+    assert [s.id for s in tree.find_by_tags("level-0", "level-5")] == ["s0"]
+    totals = subtree_totals(tree.spans.values(), tree.now())
+    assert totals["s0"].states["memory"] == 1 and totals["s0"].all_durations == {"compute": 2.0}
+    # a submission into the deepest span finds it with one lookup, not the whole path
+    looked: list[str] = []
+    spans = tree.spans
+
+    class Counting(dict):
+        def get(self, key, default=None):
+            looked.append(key)
+            return super().get(key, default)
+
+    tree.spans = Counting(spans)
+    assert tree.observe(ann(*path), time=0.0) is deepest
+    assert looked == [f"s{depth - 1}"]
+    # nor does it mark the whole path open again (a span's parents are open with it)
+    opened: list[str] = []
+
+    class CountingOpen(dict):
+        def __setitem__(self, span, value):
+            opened.append(span.id)
+            super().__setitem__(span, value)
+
+    tree._open = CountingOpen(tree._open)
+    assert tree.observe(ann(*path), time=0.0) is deepest
+    assert len(opened) <= 1
+    assert all(s in tree._open for s in tree.spans.values())
+
+
 def test_a_span_never_starts_before_it_was_enqueued(tree):
     """A worker process's start time, moved by an estimated clock offset, can land
     microseconds before the scheduler enqueued the span; the span's start is not."""

@@ -21,6 +21,7 @@ from kernel_cluster.core.worker_messages import (
     GatherDepSucceeded,
     PauseChanged,
     SendCancelledTasksEnded,
+    SendCancelledTasksRunning,
     SendDependencyUnavailable,
     SendReplicasAdded,
     SendTaskErred,
@@ -352,8 +353,11 @@ def test_a_worker_story_as_the_exact_instructions_it_makes():
         SendTaskErred("b", boom, None, "ValueError: boom", [("compute", 1, 2)], 7, "s6"),
         Execute("c", "s6"),
     ]
-    # freed while it runs: the scheduler hears when it ends, not before
-    assert w.handle(FreeKeys("me", ["c"], "s7", running=True)) == []
+    # freed while it runs: the scheduler hears that its thread is still taken, and
+    # when it ends
+    assert w.handle(FreeKeys("me", ["c"], "s7", running=True)) == [
+        SendCancelledTasksRunning(["c"], "s7")
+    ]
     out = w.handle(ExecuteSucceeded("c", 3, 8, "int", [("compute", 2, 3)], 7, "s8"))
     assert out == [SendCancelledTasksEnded(["c"], "s8")]
 

@@ -148,6 +148,33 @@ def test_fine_metrics_span_tree_and_dashboard(dask_client) -> None:
         del futures
 
 
+def table_inc(x: int) -> int:
+    return slow_inc(x)
+
+
+def test_the_fine_metrics_table_of_a_dask_client_without_widgets(dask_client) -> None:
+    """``kernel_cluster.fine_metrics(dask_client)``: the widgets' numbers as the
+    DataFrame ``client.fine_metrics()`` gives, with its ``unit`` and ``span``."""
+    kernel_cluster.fine_metrics(dask_client)  # attaches: tasks are counted from here on
+    with span("table"):
+        futures = dask_client.map(table_inc, range(4))
+        dask_client.gather(futures)
+
+    def of_table(frame):
+        return frame[frame.function == "table_inc"]
+
+    def counted() -> bool:
+        counts = of_table(kernel_cluster.fine_metrics(dask_client, unit="count", span="table"))
+        return counts[counts.activity == "tasks"].value.sum() == 4
+
+    wait_for(counted, 15, "the workers' heartbeats")
+    seconds = of_table(kernel_cluster.fine_metrics(dask_client))  # seconds by default
+    assert set(seconds.unit) == {"seconds"} and seconds.value.sum() >= 4 * 0.02
+    every_unit = kernel_cluster.fine_metrics(dask_client, unit=None)
+    assert {"seconds", "count"} <= set(every_unit.unit)
+    del futures
+
+
 def test_live_widget_keeps_up_with_new_work(dask_client) -> None:
     w = FineMetrics(dask_client, interval=0.25)
     browser = capture(w)

@@ -91,7 +91,7 @@ class Observed:
 # - Dask's progress counts only the tasks its scheduler still holds: the workload's
 #   futures are held until the checks are done;
 # - Dask's metrics arrive with heartbeats: ``fine_metrics()`` (refresh) waits for them;
-# - Dask's states add "no-worker" to the engine's, at 0 here.
+# - both have the state "no-worker", at 0 here.
 DASK_LACKS = frozenset({"gather-dep bytes"})
 
 

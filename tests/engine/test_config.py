@@ -34,7 +34,8 @@ _STRATEGIES = {
     "profile_interval": _seconds,
     "profile_cycle_interval": _seconds,
     "transfer_log_length": st.integers(0, 10**7),
-    "local_directory": st.none() | _text,
+    "shared_memory_limit": st.none() | st.integers(0, 2**50),
+    "local_directory": st.none() | _text.filter(bool),  # "" is refused
     "remove_local_directory": st.booleans(),
     "cluster_directory": st.none() | _text,
     "owner_pid": st.none() | st.integers(1, 2**22),
@@ -83,6 +84,8 @@ def test_config_is_frozen() -> None:
         ({"transfer_log_length": 10.0}, "transfer_log_length must be a whole number"),
         ({"local_directory": 3}, "local_directory must be a string"),
         ({"local_directory": "a\0b"}, "local_directory must be a string without NUL"),
+        ({"shared_memory_limit": -1}, "shared_memory_limit must be a byte count >= 0 or None"),
+        ({"shared_memory_limit": "1 MB"}, "shared_memory_limit must be a byte count"),
     ],
 )
 def test_a_bad_setting_fails_at_kernel_cluster_naming_it(settings: dict, match: str) -> None:

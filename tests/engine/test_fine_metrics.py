@@ -449,8 +449,13 @@ def test_a_dead_worker_keeps_what_it_reported():
 
 
 def test_transfers_record_both_sides():
-    with KernelCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster, \
-            Client(cluster) as client:  # fmt: skip
+    # over the socket (shared memory off: test_shared_memory.py has its own path)
+    with (
+        KernelCluster(
+            n_workers=2, threads_per_worker=1, processes=True, shared_memory_limit=0
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         a, b = sorted(client.scheduler_info()["workers"])
         x = client.submit(np.random.random, 1_000_000, workers=[a], pure=False)
         assert client.submit(len, x, workers=[b]).result() == 1_000_000

@@ -69,3 +69,108 @@ def test_every_submitted_task_runs_when_many_arrive_at_once():
     finally:
         pool.stop()
     assert not any(t.is_alive() for t in pool.threads)
+
+
+# -- seceding (issue 32.1) -------------------------------------------------------------
+
+
+def _collect(pool: TaskThreadPool, n: int, timeout: float = 10) -> list:
+    out: list = []
+    deadline = threading.Event()
+    timer = threading.Timer(timeout, deadline.set)
+    timer.start()
+    try:
+        while len(out) < n and not deadline.is_set():
+            out += pool.drain()
+            deadline.wait(0.002)
+    finally:
+        timer.cancel()
+    assert len(out) >= n, f"{len(out)} of {n} results after {timeout} s"
+    return out
+
+
+def test_a_seceded_task_lets_another_run_and_rejoins_once_a_slot_is_free():
+    pool = TaskThreadPool(1, "secede", lambda: None)
+    go_on = threading.Event()
+    rejoined = threading.Event()
+    try:
+
+        def waits() -> str:
+            assert pool.secede()
+            assert not pool.secede()  # once is enough
+            assert go_on.wait(10)
+            pool.rejoin()
+            rejoined.set()
+            return "waited"
+
+        pool.submit(waits)
+        pool.submit(lambda: "ran meanwhile")  # the one slot went to another thread
+        assert _collect(pool, 1) == ["ran meanwhile"]
+        assert len(pool.threads) == 2
+        go_on.set()
+        assert rejoined.wait(10)  # the other thread went idle: its slot came back
+        assert _collect(pool, 1) == ["waited"]
+        # the pool still runs one task at a time: two that block in turn do not overlap
+        running = []
+        both = threading.Barrier(2, timeout=0.5)
+
+        def meets() -> bool:
+            running.append(1)
+            try:
+                both.wait()
+            except threading.BrokenBarrierError:
+                return False
+            return True
+
+        pool.submit(meets)
+        pool.submit(meets)
+        assert _collect(pool, 2) == [False, False]
+    finally:
+        pool.stop()
+    assert not any(t.is_alive() for t in pool.threads)
+
+
+def test_a_thread_that_ends_its_task_seceded_becomes_a_spare_used_at_the_next_secede():
+    pool = TaskThreadPool(1, "spare", lambda: None)
+    try:
+
+        def secedes_and_returns() -> int:
+            pool.secede()
+            return threading.get_ident()
+
+        for _ in range(5):
+            pool.submit(secedes_and_returns)
+            _collect(pool, 1)
+        assert len(pool.threads) == 2  # one spare, reused each time
+        assert not pool.seceded
+        pool.submit(lambda: "still works")
+        assert _collect(pool, 1) == ["still works"]
+    finally:
+        pool.stop()
+    assert not any(t.is_alive() for t in pool.threads)
+
+
+def test_stop_ends_threads_waiting_to_rejoin_and_spares():
+    pool = TaskThreadPool(1, "stop", lambda: None)
+    started = threading.Event()
+    release = threading.Event()
+
+    def holds_the_slot() -> None:
+        started.set()
+        release.wait(10)
+
+    def secedes_then_rejoins() -> str:
+        pool.secede()
+        pool.submit(holds_the_slot)
+        assert started.wait(10)
+        pool.rejoin()  # waits: the slot is held; stop lets it go
+        return "rejoined"
+
+    pool.submit(secedes_then_rejoins)
+    assert started.wait(10)
+    stopper = threading.Thread(target=pool.stop)
+    stopper.start()
+    release.set()
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert not any(t.is_alive() for t in pool.threads)

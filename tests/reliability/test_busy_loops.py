@@ -32,7 +32,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from kernel_cluster import Client
+from kernel_cluster import Client, wait
 from kernel_cluster.engine.cluster import KernelCluster
 from tests.engine.helpers import FileEvent, on_loop, wait_for
 
@@ -139,8 +139,14 @@ def test_a_result_slow_to_unpickle_in_the_kernel_stalls_nothing(quick, tmp_path)
     reader.start()
     try:
         assert started.wait(30), "the value never started loading"
-        # the engine goes on while the value loads (off its loop)
-        assert client.submit(inc, 2).result(timeout=STALL / 2) == 3
+        # the engine goes on while the value loads (off its loop): another task is
+        # placed, run and reported. Its value is unpickled in the kernel after the slow
+        # one (one unpickling thread), so it is fetched without the STALL / 2 bound,
+        # which result(timeout=) now holds to for the fetch too (issue 32.2)
+        other = client.submit(inc, 2)
+        done, _ = wait([other], timeout=STALL / 2)
+        assert done, "the engine stalled while a value loaded"
+        assert other.result(timeout=60) == 3
     finally:
         reader.join(60)
     assert results == ["loaded"]

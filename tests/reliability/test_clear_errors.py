@@ -224,6 +224,24 @@ def test_memory_sampler_plot_without_matplotlib(client, monkeypatch):
         ms.plot(backend="bqplot")
 
 
+def test_the_widgets_without_anywidget_name_the_extra(client, monkeypatch):
+    """A plain ``pip install kernel-cluster`` has no widget libraries: the widgets'
+    import says which extra brings them and what works without, instead of
+    ``No module named 'anywidget'``."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "anywidget", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "kernel_cluster.jupyter.widgets", raising=False)
+    extra = r"pip install 'kernel-cluster\[widgets\]'"
+    with pytest.raises(ImportError, match=extra) as caught:
+        from kernel_cluster.jupyter.widgets import FineMetrics  # noqa: F401
+    assert caught.value.name == "anywidget"
+    assert "fine_metrics" in str(caught.value)
+    with pytest.raises(ImportError, match=extra):
+        client.dashboard()
+    assert len(client.fine_metrics()) >= 0  # the table needs no widgets
+
+
 def test_a_dict_graph_value_that_cannot_travel_is_named():
     """A task that is a plain value, not a call (``{"x": lock}``, or a future put in a
     dict graph given to ``client.get`` with worker processes), made the error report

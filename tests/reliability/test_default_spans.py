@@ -70,7 +70,7 @@ def test_finished_default_spans_beyond_the_count_fold_into_one(tree):
     assert m[("execute", "inc", "tasks", "count")] == 4
     # thread-seconds: 4 spans x 1 s x 4 threads, the gaps between them not counted
     assert fold.active_cpu_seconds == sum(s.active_cpu_seconds for s in spans[:4]) == 16.0
-    assert m[("execute", None, "idle", "seconds")] == 16.0 - 2.0
+    assert m[("execute", "N/A", "idle or other spans", "seconds")] == 16.0 - 2.0
     # the scheduler's metrics by span id moved to the fold's id: the totals are the same
     km = tree.keyed_metrics
     assert not [k for k in km if k[1] in {s.id for s in spans[:4]}]

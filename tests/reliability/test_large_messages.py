@@ -48,10 +48,13 @@ def worker_pids(client: Client) -> set[int]:
 
 @pytest.fixture
 def limited(monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
-    """Two worker processes and a client, all with a 4 MiB message limit."""
+    """Two worker processes and a client, all with a 4 MiB message limit (and values
+    over the socket: shared memory carries large ones outside any message)."""
     monkeypatch.setenv(MAX_MESSAGE_SIZE_ENV, str(LIMIT))
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cluster = KernelCluster(n_workers=2, threads_per_worker=2, processes=True, memory_limit=0)
+    cluster = KernelCluster(
+        n_workers=2, threads_per_worker=2, processes=True, memory_limit=0, shared_memory_limit=0
+    )
     client = Client(cluster)
     try:
         yield client
@@ -73,6 +76,27 @@ def test_result_over_the_limit_fails_that_task_only(limited: Client) -> None:
     # nothing restarted or recomputed
     assert worker_pids(client) == pids
     assert client.submit(small, 2).result(timeout=10) == 3
+
+
+def test_a_value_over_the_limit_moves_through_shared_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # what travels through /dev/shm is no message: the limit is the socket's
+    monkeypatch.setenv(MAX_MESSAGE_SIZE_ENV, str(LIMIT))
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        with (
+            KernelCluster(
+                n_workers=2, threads_per_worker=1, processes=True, memory_limit=0
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            a, b = sorted(client.scheduler_info()["workers"])
+            big = client.submit(make_bytes, 6 * MiB, workers=[a], pure=False)
+            assert client.submit(len, big, workers=[b]).result(timeout=60) == 6 * MiB
+            assert big.result(timeout=60) == make_bytes(6 * MiB)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 def test_gather_of_results_adding_up_past_the_limit(limited: Client) -> None:
@@ -218,7 +242,9 @@ def test_a_requester_with_a_lower_limit_gets_replies_under_it(
     """A worker with a higher limit than the kernel keeps its replies under the kernel's."""
     monkeypatch.delenv(MAX_MESSAGE_SIZE_ENV, raising=False)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cluster = KernelCluster(n_workers=1, threads_per_worker=2, processes=True, memory_limit=0)
+    cluster = KernelCluster(
+        n_workers=1, threads_per_worker=2, processes=True, memory_limit=0, shared_memory_limit=0
+    )
     client = Client(cluster)
     try:
         pids = worker_pids(client)

@@ -327,3 +327,77 @@ def test_span_code_is_empty_without_frames(cluster):
             lambda dask_scheduler: dask_scheduler.extensions["spans"].spans[span_id].code
         )
     assert code == []
+
+
+def test_span_code_names_the_users_line_for_every_way_to_compute(client):
+    """``Span.code`` is "code snippets, sent by the client on compute(), persist() and
+    submit()": the user's line, whichever way the collection reaches the client; never
+    a line of dask (``x.compute(scheduler=client)`` reaches the client from inside
+    ``dask/base.py``)."""
+    x = da.ones(10, chunks=5)
+    ids = {}
+    with span("method") as ids["method"]:
+        x.sum().compute(scheduler=client)  # code: method
+    with span("function") as ids["function"]:
+        dask.compute(x.sum(), scheduler=client)  # code: function
+    with span("config") as ids["config"], dask.config.set(scheduler=client):
+        x.sum().compute()  # code: config
+    with span("client.compute") as ids["client.compute"]:
+        client.compute(x.sum()).result()  # code: client.compute
+    with span("client.persist") as ids["client.persist"]:
+        client.gather(client.persist(x.sum()))  # code: client.persist
+
+    def read(dask_scheduler):
+        spans = dask_scheduler.extensions["spans"].spans
+        return {name: spans[span_id].code for name, span_id in ids.items()}
+
+    for name, code in client.run_on_scheduler(read).items():
+        assert code, name
+        for stack in code:
+            ((filename, _, function, line),) = stack
+            assert (os.path.basename(filename), function) == (
+                "test_spans.py",
+                "test_span_code_names_the_users_line_for_every_way_to_compute",
+            ), (name, stack)
+            assert line.endswith(f"# code: {name}"), (name, stack)
+
+
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_spans_time_on_other_spans_is_idle_or_other_spans(client):
+    """A span's metrics add up to the thread-seconds it had (``active_cpu_seconds``);
+    what its tasks did not use is Dask's ("execute", "N/A", "idle or other spans",
+    "seconds") line: here the other span's task held a thread meanwhile, so calling it
+    "idle" would misread a busy cluster. ``spans().to_pandas()``'s ``metrics_seconds``
+    is what the span's own tasks account for, the rest of ``active_cpu_seconds``."""
+    with span("long"):
+        long = client.submit(nap, 0.3)
+    with span("short"):
+        assert client.gather(client.map(inc, range(4))) == [1, 2, 3, 4]
+    long.result()
+
+    frame = client.fine_metrics(span="short")
+    assert "idle" not in set(frame.activity)
+    (other,) = frame[frame.activity == "idle or other spans"].itertuples()
+    assert other.function == "N/A" and other.value > 0
+    tasks_seconds = frame[frame.activity != "idle or other spans"].value.sum()
+
+    row = client.spans().to_pandas().set_index("name").loc["short"]
+    assert row.metrics_seconds == pytest.approx(tasks_seconds)
+    assert row.metrics_seconds + other.value == pytest.approx(row.active_cpu_seconds)
+    assert row.metrics_seconds < row.active_cpu_seconds
+
+
+def test_the_span_table_of_a_cluster_without_spans_has_its_columns():
+    """``client.spans().to_pandas()`` before any work: no rows, but the columns, so that
+    selecting them works as it will once spans exist."""
+    with KernelCluster(n_workers=1, threads_per_worker=1) as cluster, Client(cluster) as c:
+        empty = c.spans().to_pandas()
+        c.submit(inc, 1).result()
+        full = c.spans().to_pandas()
+    assert len(empty) == 0 and len(full) == 1
+    assert list(empty.columns) == list(full.columns)
+    assert empty[["name", "duration", "active_cpu_seconds", "metrics_seconds"]].empty

@@ -78,7 +78,7 @@ def test_plot_is_bqplot_in_a_notebook_and_pandas_elsewhere(monkeypatch, request)
     request.addfinalizer(lambda: pd.set_option("plotting.backend", previous))
     assert ms.plot(backend="pandas", title="t") == "drawn"
     assert calls[-1][0] == ["a", "b"] and calls[-1][2]["title"] == "t"
-    assert calls[-1][2]["ylabel"] == "bytes"
+    assert calls[-1][2]["ylabel"] == "Cluster memory (GiB)"  # as Dask labels it
 
     # automatic: pandas outside a notebook; bqplot in one; pandas there without bqplot
     assert ms.plot() == "drawn"

@@ -95,3 +95,10 @@ def test_progress_widget_shows_text_too(capsys):
     w = Progress(source, autostart=False)
     assert "2 / 2  1 erred" in w.show_text(width=40)
     assert "1 erred" in capsys.readouterr().out
+
+
+def test_tasks_with_no_worker_count_as_waiting():
+    """Issue 32.2's state no-worker: such tasks wait, for a worker that may join."""
+    from kernel_cluster.diagnostics.queries.progress_text import summarize
+
+    assert summarize({"no-worker": 2, "queued": 1})["waiting"] == 3

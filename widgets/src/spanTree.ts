@@ -23,7 +23,7 @@ export function summarize(states: Record<string, number>): TaskSummary {
   const n = (k: string) => states[k] ?? 0;
   const done = n('memory') + n('forgotten');
   const running = n('processing');
-  const waiting = n('waiting') + n('queued') + n('released');
+  const waiting = n('waiting') + n('queued') + n('no-worker') + n('released');
   const erred = n('erred');
   return { done, running, waiting, erred, total: done + running + waiting + erred };
 }

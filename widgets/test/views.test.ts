@@ -122,6 +122,10 @@ describe('SpanTreeView', () => {
     expect(summarize({ memory: 2, forgotten: 1, processing: 1, queued: 2, erred: 1 })).toEqual({
       done: 3, running: 1, waiting: 2, erred: 1, total: 7,
     });
+    // tasks whose allowed workers are not there wait too (the engine's no-worker)
+    expect(summarize({ 'no-worker': 2, waiting: 1 })).toEqual({
+      done: 0, running: 0, waiting: 3, erred: 0, total: 3,
+    });
   });
 });
 

@@ -1,8 +1,9 @@
 """Fine performance metrics as tables: the data behind the seeds' three panels.
 
-``to_frame`` turns the summed worker metrics into a tidy DataFrame, one row per
-(context, span, function, activity, unit); ``by_function`` and ``by_activity``
-pivot it the way the "Task execution, by function / by activity" panels show it.
+``fine_metrics`` is the table of any client the views read; ``to_frame`` turns the
+summed worker metrics into a tidy DataFrame, one row per (context, span, function,
+activity, unit); ``by_function`` and ``by_activity`` pivot it the way the "Task
+execution, by function / by activity" panels show it.
 """
 
 from __future__ import annotations
@@ -11,9 +12,38 @@ from typing import Any
 
 import pandas as pd
 
+from ...core.span_folding import IDLE
+from ..attach import source_of
 from ..snapshots import Metrics
+from ..source import Diagnosable
 
 COLUMNS = ["context", "span", "function", "activity", "unit", "value"]
+
+
+def fine_metrics(
+    client: Diagnosable | None = None, unit: str | None = "seconds", span: Any = None
+) -> pd.DataFrame:
+    """``client.fine_metrics()`` for whatever the views read: our Client, a
+    ``distributed.Client`` (``kernel_cluster.fine_metrics(dask_client)``: the table
+    without the widgets), or the default (the latest Client, or what ``attach`` named).
+    ``unit``: "seconds" by default; "bytes", "count", or None for every unit. ``span``:
+    a span id, a tag or a tuple of tags; that span's metrics, its "idle or other
+    spans" line included."""
+    source = source_of(client)
+    if span is None:
+        return to_frame(source.fine_metrics(), unit=unit)
+    if isinstance(span, list):
+        span = tuple(span)
+    if not (
+        (isinstance(span, str) and span)
+        or (isinstance(span, tuple) and span and all(isinstance(t, str) for t in span))
+    ):
+        raise TypeError(
+            f"fine_metrics(span={span!r}): give a span's id (what `with span(...)` "
+            "yields), a tag, or a tuple of tags, as str."
+        )
+    metrics, label = source.span_metrics(span)
+    return span_frame(metrics, label, unit=unit)
 
 
 def to_frame(metrics: Metrics, unit: str | None = None) -> pd.DataFrame:
@@ -68,9 +98,11 @@ def span_frame(metrics: Metrics, label: str, unit: str | None = None) -> pd.Data
 def by_function(frame: pd.DataFrame, unit: str = "seconds") -> pd.DataFrame:
     """Task execution, by function: a row per task prefix, a column per activity.
 
-    Idle time belongs to no function: it shows in ``by_activity`` only.
+    Idle time belongs to no function, nor does a span's "idle or other spans" line
+    (function ``"N/A"``, as Dask's): they show in ``by_activity`` only.
     """
-    return _pivot(frame[frame.function.notna()], "execute", unit, index="function")
+    tasks = frame.function.notna() & (frame.activity != IDLE[2])
+    return _pivot(frame[tasks], "execute", unit, index="function")
 
 
 def by_activity(frame: pd.DataFrame, unit: str = "seconds", context: str = "execute") -> Any:

@@ -12,6 +12,7 @@ one when the block ends, so even an empty block has a sample.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -58,8 +59,14 @@ class PlainMemorySampler:
         """
         if measure not in MEASURES:
             raise ValueError(f"measure={measure!r}: use one of {', '.join(MEASURES)}.")
-        if not interval > 0:
-            raise ValueError(f"interval must be a positive number of seconds, got {interval!r}.")
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not 0 < interval < math.inf
+        ):
+            raise ValueError(
+                f"interval must be a positive number of seconds (e.g. 0.5), got {interval!r}."
+            )
         source = source_of(client)
         label = label or f"sample-{uuid.uuid4().hex[:8]}"
         series = self.samples.setdefault(label, [])

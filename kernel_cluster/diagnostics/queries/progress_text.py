@@ -28,7 +28,7 @@ def summarize(states: Mapping[str, int]) -> dict[str, int]:
         "done": n("memory", 0) + n("forgotten", 0),
         "erred": n("erred", 0),
         "running": n("processing", 0),
-        "waiting": n("waiting", 0) + n("queued", 0) + n("released", 0),
+        "waiting": n("waiting", 0) + n("queued", 0) + n("no-worker", 0) + n("released", 0),
     }
     out["total"] = sum(out.values())
     return out

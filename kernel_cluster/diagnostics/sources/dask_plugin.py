@@ -41,6 +41,7 @@ from ...core.profile_tree import to_flat
 from ...core.span_folding import (
     DEFAULT,
     FOLDED_ID,
+    IDLE,
     KEEP_DEFAULT_SPANS,
     FoldTotals,
     how_many_to_fold,
@@ -282,7 +283,7 @@ class ViewsPlugin(SchedulerPlugin):
             key: value
             for key, value in span.cumulative_worker_metrics.items()
             if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute"
-            if key[1:3] != ("N/A", "idle or other spans")
+            if key != IDLE
         }
         intervals = [(float(lo), float(hi), float(n)) for lo, hi, n in span.nthreads_intervals]
         fold.add_span(snap["enqueued"], intervals, own, snap["code"])
@@ -318,14 +319,12 @@ class ViewsPlugin(SchedulerPlugin):
         }
 
     def _span_metrics(self, span: Any) -> dict[Any, float]:
-        """A span's subtree metrics keyed ``("execute", prefix, activity, unit)``:
-        Dask's "idle or other spans" line becomes the engine's idle key."""
+        """A span's subtree metrics keyed ``("execute", prefix, activity, unit)``, its
+        "idle or other spans" line included (the engine's ``IDLE`` is Dask's key)."""
         out: dict[Any, float] = {}
         for key, value in span.cumulative_worker_metrics.items():
             if not (isinstance(key, tuple) and len(key) == 4 and key[0] == "execute"):
                 continue
-            if key[1] == "N/A" and key[2] == "idle or other spans":
-                key = ("execute", None, "idle", "seconds")
             out[key] = value
         for prefix, n in self._subtree_counts(span).items():
             out[("execute", prefix, "tasks", "count")] = n

@@ -26,8 +26,8 @@ Mapping Dask's data to the protocol, and where they differ:
   plugin rebuilds the 5-part keys from each span's own metrics. Dask's activities
   keep their names (``thread-cpu``, ``thread-noncpu``, ``executor``, ``other``,
   ``memory-read``, ``disk-read``, ``serialize``, ...); it has no per-thread
-  ``idle`` key in ``fine_metrics`` (in a span's metrics its "idle or other spans"
-  line becomes the engine's ``("execute", None, "idle", "seconds")``).
+  ``idle`` key in ``fine_metrics``; a span's metrics have its "idle or other spans"
+  line, ``("execute", "N/A", "idle or other spans", "seconds")``, as the engine's do.
 - Task counts. Dask does not count tasks as a metric; the plugin counts tasks that
   finished (processing to memory or erred) per span and prefix, from the moment it
   is installed, as ``("execute", span_id, prefix, "tasks", "count")``.

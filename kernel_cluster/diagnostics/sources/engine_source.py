@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, NamedTuple, cast
 
 from ...core.span_summary import SpanCapture, capture, summarize_capture
+from ...core.span_totals import SubtreeTotals, subtree_totals
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
@@ -62,7 +63,13 @@ class EngineSource:
         tree = self.cluster.scheduler.spans
         if refresh:
             loop.run(self.cluster.scheduler.refresh_metrics)
-        return loop.run(lambda: [snapshot_span(s) for s in tree.spans.values()])
+
+        def read() -> list[SpanInfo]:
+            # every span's subtree numbers in one pass: nested spans cost what flat do
+            totals = subtree_totals(tree.spans.values(), tree.now())
+            return [snapshot_span(s, totals[s.id]) for s in tree.spans.values()]
+
+        return loop.run(read)
 
     def finished_spans(self, cursor: int = 0) -> FinishedSpans:
         """Three short calls on the loop: which spans finished (the tree's log), a
@@ -230,22 +237,25 @@ def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:
 # -- engine data to snapshots --------------------------------------------------------------
 
 
-def snapshot_span(span: Span) -> SpanInfo:
-    """Read a core Span (on the engine's thread) into plain data."""
+def snapshot_span(span: Span, totals: SubtreeTotals | None = None) -> SpanInfo:
+    """Read a core Span (on the engine's thread) into plain data; ``totals``: its
+    subtree's numbers, if made already (``core.span_totals.subtree_totals``)."""
+    if totals is None:
+        totals = subtree_totals(span.traverse_spans(), span._now())[span.id]
     return SpanInfo(
         id=span.id,
         name=tuple(span.name),
         parent=span.parent.id if span.parent is not None else None,
         children=tuple(c.id for c in span.children),
         enqueued=span.enqueued,
-        start=span.start,
-        stop=span.stop,
-        duration=span.duration,
-        nbytes_total=span.nbytes_total,
-        states=span.states,
-        done=span.done,
-        active_cpu_seconds=span.active_cpu_seconds,
-        metrics=span.cumulative_worker_metrics,
+        start=totals.start,
+        stop=totals.stop,
+        duration=totals.duration,
+        nbytes_total=totals.nbytes_total,
+        states=totals.states,
+        done=totals.done,
+        active_cpu_seconds=totals.active_cpu_seconds,
+        metrics=totals.metrics,
         code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
     )
 

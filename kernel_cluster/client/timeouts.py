@@ -1,0 +1,28 @@
+"""What a wait's ``timeout`` may be, checked at the call that gives it.
+
+Every wait of the client (``result``, ``gather``, ``wait``, ``as_completed``) takes
+None (for ever) or a number of seconds; an infinite number waits as None does (the
+clocks and queues underneath take no infinite timeout: it raised OverflowError).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+
+def check_timeout(timeout: Any) -> float | None:
+    """A timeout is None (wait for ever) or a number of seconds, not negative; the
+    seconds as a float, and None for an infinite number (waits cannot take one)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"timeout={timeout!r} ({type(timeout).__name__}): give a number of seconds, "
+            "e.g. timeout=10, or None to wait until the future is done."
+        )
+    seconds = float(timeout)
+    if not seconds >= 0:  # negative or NaN
+        raise ValueError(f"timeout={timeout!r}: give a number of seconds >= 0, or None.")
+    return None if seconds == math.inf else seconds
