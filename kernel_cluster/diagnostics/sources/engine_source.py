@@ -8,9 +8,13 @@ an engine object.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, NamedTuple, cast
+
+import psutil
 
 from ...core.span_summary import SpanCapture, capture, summarize_capture
 from ...core.span_totals import SubtreeTotals, subtree_totals
@@ -41,6 +45,7 @@ class EngineSource:
 
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
+        self._cpu = _ProcessCpu()
 
     @property
     def kind(self) -> SourceKind:
@@ -123,12 +128,16 @@ class EngineSource:
         )
 
     def info(self) -> ClusterInfo:
-        """Workers and thread counts (from ``Client.scheduler_info``'s dict)."""
+        """Workers and thread counts (from ``Client.scheduler_info``'s dict), with
+        each worker process's CPU use since the last call."""
         raw = self.cluster.loop_thread.run(self.cluster.scheduler.scheduler_info)
+        cpu = self._cpu.read([w.get("pid") for w in raw["workers"].values()])
         return ClusterInfo(
-            workers={a: _worker_info(a, w) for a, w in raw["workers"].items()},
+            workers={a: _worker_info(a, w, cpu) for a, w in raw["workers"].items()},
             total_nthreads=int(raw["total_nthreads"]),
             tasks=int(raw.get("tasks", 0)),
+            engine="kernel-cluster",
+            scheduler_address=self.cluster.scheduler_address or None,
         )
 
     def memory(self) -> MemorySnapshot:
@@ -334,7 +343,37 @@ def _finished_span(c: _Captured, workers: int, threads: int) -> FinishedSpan:
     return FinishedSpan(info, c.root, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
 
 
-def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
+class _ProcessCpu:
+    """CPU percent of processes by pid, each since the previous reading (psutil's
+    way: the first reading of a process is 0). Embedded workers report the kernel's
+    pid, or none: they share this process."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+        self._lock = threading.Lock()
+
+    def read(self, pids: list[Any]) -> dict[int, float]:
+        wanted = {int(p) if p else os.getpid() for p in pids}
+        out: dict[int, float] = {}
+        with self._lock:
+            for pid in list(self._procs):
+                if pid not in wanted:
+                    del self._procs[pid]
+            for pid in wanted:
+                try:
+                    proc = self._procs.get(pid)
+                    if proc is None:
+                        proc = self._procs[pid] = psutil.Process(pid)
+                    out[pid] = proc.cpu_percent(None)
+                except (psutil.Error, OSError):
+                    self._procs.pop(pid, None)
+        return out
+
+
+def _worker_info(
+    address: str, w: Mapping[str, Any], cpu: Mapping[int, float] | None = None
+) -> WorkerInfo:
+    pid = w.get("pid")
     return WorkerInfo(
         address=address,
         name=w.get("name"),
@@ -345,8 +384,13 @@ def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
         nbytes=int(w.get("nbytes", 0)),
         keys=int(w.get("keys", 0)),
         memory_bytes=int(w.get("memory") or 0),
-        pid=w.get("pid"),
+        pid=pid,
         last_seen=w.get("last_seen"),
+        executing=int(w["executing"]) if "executing" in w else None,
+        ready=int(w.get("ready", 0)),
+        managed_bytes=int(w["managed"]) if "managed" in w else None,
+        spilled_bytes=int(w.get("spilled", 0)),
+        cpu_percent=(cpu or {}).get(int(pid) if pid else os.getpid()),
     )
 
 
