@@ -48,11 +48,13 @@ def add_into(target: dict[Any, Any], source: Mapping[Any, Any]) -> None:
         target[key] = target.get(key, 0) + value
 
 
-def with_idle(metrics: Mapping[Any, float], active_cpu_seconds: float) -> dict[Any, float]:
+def with_idle(
+    metrics: Mapping[Any, float], active_cpu_seconds: float, copy: bool = True
+) -> dict[Any, float]:
     """A span's metrics plus ``IDLE``: the thread-seconds it had (``active_cpu_seconds``)
     and spent on none of its tasks (idle or on other spans' tasks), so that its seconds
-    add up to them."""
-    out = dict(metrics)
+    add up to them. ``copy=False``: into ``metrics`` itself (a dict of the caller's own)."""
+    out = metrics if not copy and isinstance(metrics, dict) else dict(metrics)
     used = sum(v for k, v in out.items() if k[-1] == "seconds")
     idle = active_cpu_seconds - used
     if idle > 0:
