@@ -18,6 +18,7 @@ from typing import Any
 
 import msgpack
 
+from ...core.span_folding import IDLE
 from ..snapshots import FinishedSpan, SpanInfo
 from .schema import transaction
 
@@ -127,8 +128,10 @@ def metrics_rows(span: SpanInfo) -> tuple[list[list[Any]], float]:
         _, f, a, u = key
         if type(a) is not str or type(u) is not str or (f is not None and type(f) is not str):
             f, a, u = label(f), label(a), label(u)
+        if key[:3] == IDLE[:3]:  # the span's unused thread time: no function's
+            f = None
         rows.append([f, a, u, value])
-        if u == "seconds" and not (f is None and a == "idle"):
+        if u == "seconds" and not (f is None and a in ("idle", IDLE[2])):
             busy += value
     return rows, busy
 
