@@ -1,4 +1,4 @@
-// The report's memory and transfer sections (kernel_cluster/diagnostics/report.py
+// The report's memory and transfer sections (kernel_cluster/diagnostics/pages/report.py
 // memory_section and transfers): memory over time, bandwidth over time, and the
 // transfers by pair of workers.
 import { h, Tooltip } from './dom';
