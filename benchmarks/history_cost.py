@@ -13,8 +13,8 @@
    so it never lands on the other configuration; its cost is in the recorder's
    CPU time per span, measured apart (the thread's own CPU time over whole runs,
    reading, snapshotting and writing every span), and by part afterwards
-   (``per_span_parts``: the snapshots on the engine loop's clock, the rows written
-   on the writing thread's), over the engine's CPU per span with the history off:
+   (``per_span_parts``: the copies on the engine loop's clock, the snapshots and
+   rows on the recorder's thread), over the engine's CPU per span with the history off:
    the overhead accounted for, which a busy machine's noise does not hide. The
    process's CPU seconds per run (every thread: the engine's loop and workers, the
    recorder, the final write included) are compared too.
@@ -147,7 +147,7 @@ def throughput(n_spans: int, repeats: int, path: Path) -> dict:
         # the same spans' cost by part (per_span_parts), over the engine's CPU per span
         "parts_us_per_span": parts,
         "engine_cpu_us_per_span": 1e6 * statistics.median(process_cpu["off"][1:]) / n_spans,
-        "accounted_overhead": (parts["loop_snapshot"] + parts["write"])
+        "accounted_overhead": sum(parts.values())
         / (1e6 * statistics.median(process_cpu["off"][1:]) / n_spans),
     }
 
@@ -156,30 +156,47 @@ def loop_cpu(cluster: KernelCluster) -> float:
     return cluster.loop_thread.run(time.thread_time)
 
 
+def settle(cluster: KernelCluster, timeout: float = 60.0) -> None:
+    """Wait until the engine has forgotten the run's tasks: the loop's clock then counts
+    the history's reads, not the releases still on their way."""
+    deadline = time.monotonic() + timeout
+    while cluster.loop_thread.run(lambda: len(cluster.scheduler.state.tasks)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the engine still holds tasks after {timeout} s")
+        time.sleep(0.05)
+
+
 def per_span_parts(cluster: KernelCluster, client: Client, n_spans: int, settings) -> dict:
     """What recording a span costs, by part, in CPU microseconds (median of 3): the
-    engine loop's (the finished spans' snapshots, on the loop thread's clock, and the
-    one heartbeat read per look, spread over the spans) and the recorder's (rows made
+    engine loop's (the finished spans' copies, on the loop thread's clock, and the
+    one heartbeat read per look, spread over the spans) and the recorder's (the
+    snapshots summed from those copies, on the calling thread's clock; the rows made
     and written in one transaction). The cost that competes with the engine, as the
     throughput runs cannot resolve it on a busy machine."""
     source = client.diagnostics
     tree = cluster.scheduler.spans
     conn = schema.connect(settings.path)
     row = store.add_session(conn, _session())
-    loop, write = [], []
+    loop, snap, write = [], [], []
     try:
         for _ in range(3):
             cursor = cluster.loop_thread.run(tree.finished_since, 0).cursor
             spans_run(client, n_spans)
-            before = loop_cpu(cluster)
+            settle(cluster)
+            before, t = loop_cpu(cluster), time.thread_time()
             got = source.finished_spans(cursor)
+            snap.append((time.thread_time() - t) / len(got.spans))  # off the loop
             loop.append((loop_cpu(cluster) - before) / len(got.spans))
             t = time.thread_time()
             store.write_spans(conn, row, got.spans)
             write.append((time.thread_time() - t) / len(got.spans))
     finally:
         conn.close()
-    return {"loop_snapshot": 1e6 * statistics.median(loop), "write": 1e6 * statistics.median(write)}
+    return {
+        "loop_snapshot": 1e6 * statistics.median(loop),
+        "recorder_snapshot": 1e6 * statistics.median(snap),
+        "write": 1e6 * statistics.median(write),
+    }
 
 
 def synthetic(span_id: str, prefixes: int, stop: float, slow: str = "") -> FinishedSpan:
@@ -349,7 +366,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parts = t["parts_us_per_span"]
     print(
-        f"  per span: loop {parts['loop_snapshot']:.0f} µs, write {parts['write']:.0f} µs, "
+        f"  per span: loop {parts['loop_snapshot']:.0f} µs, recorder: snapshot "
+        f"{parts['recorder_snapshot']:.0f} µs, write {parts['write']:.0f} µs, "
         f"engine {t['engine_cpu_us_per_span']:.0f} µs: {t['accounted_overhead']:+.1%}"
     )
     c = t["cpu_overhead"]

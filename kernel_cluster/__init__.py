@@ -52,7 +52,7 @@ def load_ipython_extension(ip) -> None:
     from .jupyter.magics import register
 
     register(ip)
-    _register_lab()
+    _register_lab(_lab_controls())
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
@@ -60,8 +60,15 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "@kernel-cluster/lab"}]
 
 
+def _lab_controls():
+    """What the JupyterLab sidebar's cluster controls call (jupyter/ cannot make clients)."""
+    from .client.lab_controls import LabControls
+
+    return LabControls()
+
+
 # in a Jupyter kernel: the JupyterLab panels' comm target (elsewhere: nothing)
-_register_lab()
+_register_lab(_lab_controls())
 
 
 __all__ = [

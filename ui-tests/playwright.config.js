@@ -16,6 +16,7 @@ module.exports = {
     ...baseConfig.use,
     video: 'off',
     trace: 'retain-on-failure',
+    screenshot: 'only-on-failure',
     viewport: { width: 1280, height: 1600 },
     launchOptions: {
       executablePath: process.env.CHROMIUM || '/usr/bin/chromium',

@@ -48,17 +48,20 @@ def add_into(target: dict[Any, Any], source: Mapping[Any, Any]) -> None:
         target[key] = target.get(key, 0) + value
 
 
-def with_idle(metrics: Mapping[Any, float], active_cpu_seconds: float) -> dict[Any, float]:
+def with_idle(
+    metrics: Mapping[Any, float], active_cpu_seconds: float, copy: bool = True
+) -> dict[Any, float]:
     """A span's metrics plus ``IDLE``: the thread-seconds it had (``active_cpu_seconds``)
     and spent on none of its tasks (idle or on other spans' tasks) nor on the workers'
     idle already filed under it by reason (``idle: ...``, core/idle_reasons.py), so
-    that its seconds add up to them.
+    that its seconds add up to them. ``copy=False``: into ``metrics`` itself (a dict of
+    the caller's own).
 
     Idle filed under a span by reason may begin before the span did, or end after the
     scheduler saw it end (a worker hears of it a moment later): what passes the span's
     thread-seconds is taken back from those parts in proportion, so that they still
     add up exactly."""
-    out = dict(metrics)
+    out = metrics if not copy and isinstance(metrics, dict) else dict(metrics)
     used = sum(v for k, v in out.items() if k[-1] == "seconds")
     idle = active_cpu_seconds - used
     if idle > 0:

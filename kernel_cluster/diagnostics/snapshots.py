@@ -159,7 +159,11 @@ class TaskStreamRecord:
 class WorkerInfo:
     """One worker as the scheduler sees it. ``memory_bytes``: its process's memory at
     the last heartbeat; ``nbytes``: bytes of the results it holds; ``last_seen``:
-    when it was last heard from (None: not yet)."""
+    when it was last heard from (None: not yet). As of the last heartbeat too, where
+    the source knows them: ``executing`` and ``ready`` tasks (None: unknown, read
+    ``processing``), ``managed_bytes`` (results held in memory), ``spilled_bytes``
+    (results moved to disk), ``cpu_percent`` (of one core; embedded workers share
+    the kernel process's)."""
 
     address: str
     name: str | int | None
@@ -172,15 +176,25 @@ class WorkerInfo:
     memory_bytes: int
     pid: int | None
     last_seen: float | None
+    executing: int | None = None
+    ready: int = 0
+    managed_bytes: int | None = None
+    spilled_bytes: int = 0
+    cpu_percent: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterInfo:
-    """The workers by address, their threads in total, and the tasks the scheduler holds."""
+    """The workers by address, their threads in total, and the tasks the scheduler
+    holds; which engine runs them (``"kernel-cluster"`` or ``"dask"``), the
+    scheduler's address (None: in this process only) and its dashboard's URL."""
 
     workers: dict[str, WorkerInfo]
     total_nthreads: int
     tasks: int
+    engine: str = "kernel-cluster"
+    scheduler_address: str | None = None
+    dashboard_link: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

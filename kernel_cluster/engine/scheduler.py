@@ -57,6 +57,7 @@ from .wire import (
 )
 
 logger = logging.getLogger(__name__)
+_LOAD = ("executing", "ready", "managed", "spilled")  # heartbeat: the worker table
 
 ReportHandler = Callable[[list[ReportKey], int], None]
 
@@ -428,6 +429,7 @@ class Scheduler:
         info["managed"] = msg.managed
         info["spilled"] = msg.spilled
         info["executing"] = msg.executing
+        info["ready"] = msg.ready
         process, managed, _ = self.memory_totals()
         self.unmanaged_window.add(self.clock(), max(0, process - managed))
         metrics = msg.metrics
@@ -588,6 +590,7 @@ class Scheduler:
                     "memory": self.worker_info.get(ws.address, {}).get("memory", 0),
                     "pid": self.worker_info.get(ws.address, {}).get("pid"),
                     "last_seen": self.worker_info.get(ws.address, {}).get("last_seen"),
+                    **{k: self.worker_info.get(ws.address, {}).get(k, 0) for k in _LOAD},
                 }
                 for ws in self.state.workers.values()
             },

@@ -21,6 +21,12 @@ Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
   the memory history kept here, all of it (after a reload or a new cluster);
 - ``{"type": "update", "parts": [...]}``: the feeds' deltas (``publisher.Publisher``);
 - ``{"type": "show", "kind": ..., "mode": ...}``: open a panel (``show()``);
+- ``{"type": "control", "request": ..., "ok": bool, "message": str}``: how a cluster
+  control went (``cluster_controls.py``).
+
+The status's ``cluster`` also names the engine, the scheduler's address and its
+dashboard, and what the sidebar's controls may do; a channel subscribed to
+``workers`` gets the worker table's rows in its status (``worker_table.py``).
 - ``{"type": "compare", "runs", "a", "b", "data", "error"}``: the Compare panel's
   state, in answer to its request (``compare.state``).
 
@@ -32,6 +38,18 @@ Browser -> kernel, validated here (anything else is logged and dropped):
   fine metrics, span tree and progress panels fill at once even while a cell runs
   (the kernel reads browser messages only between cells; it sends from a thread);
 - ``{"type": "profile", "prefix": str, "start": float | None, "stop": float | None}``;
+- ``{"type": "ping"}``, every few seconds while the page lives: a channel that has
+  not pinged for ``STALE_SECONDS`` is closed (its page was reloaded or closed, and a
+  page that goes sends no goodbye);
+- ``start``, ``scale``, ``stop``: the sidebar's cluster controls
+  (``cluster_controls.check_control``).
+
+The browser sends its messages on a kernel subshell where the kernel has them
+(ipykernel 7; JupyterLab's "comms over subshells"): they are handled on that
+subshell's thread while a cell runs on the main one, so a panel opened mid-cell gets
+its data at once. ipykernel would route a comm's browser messages to the subshell of
+whatever last sent on it (a cell, for ``announce``); ``_keep_browser_routing`` keeps
+the subshell the browser chose.
 - ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
   the last pair compared, or the latest two).
 """
@@ -46,28 +64,42 @@ import time
 from typing import Any
 
 from ..diagnostics.attach import default_source, watch_default_source
+from ..diagnostics.snapshots import ClusterInfo
 from ..diagnostics.source import DiagnosticsSource
+from .cluster_controls import CONTROLS, ClusterControls, ControlRunner, check_control
 from .notebook import in_notebook
 from .publisher import Publisher, message_size
+from .worker_table import identity, worker_rows
 
 logger = logging.getLogger(__name__)
 
 TARGET = "kernel-cluster-lab"
 PROTOCOL = 1
-VIEWS = ("fine-metrics", "span-tree", "profile", "task-stream", "memory", "progress", "compare")
+VIEWS = (
+    "fine-metrics",
+    "span-tree",
+    "profile",
+    "task-stream",
+    "memory",
+    "progress",
+    "workers",
+    "compare",
+)
 MODES = ("split-right", "split-left", "split-top", "split-bottom", "tab-after", "tab-before")
 BASE_FEEDS = ("metrics", "spans", "progress")
-OPTIONAL_FEEDS = ("tasks", "profile")
+OPTIONAL_FEEDS = ("tasks", "profile", "workers")
 INTERVAL = 0.5  # seconds between two looks at the cluster
 STATUS_INTERVAL = 1.0  # seconds between two status messages (and memory samples)
 MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
 CURRENT_SPANS = 8  # how many running spans the sidebar lists
+PING_SECONDS = 5.0  # how often a page pings (labextension/src/connection.ts)
+STALE_SECONDS = 4 * PING_SECONDS  # a channel silent this long has lost its page
 MAX_REF = 1000  # characters of a run's reference from the browser
 
 
-def cluster_summary(source: DiagnosticsSource) -> dict[str, Any]:
+def cluster_summary(source: DiagnosticsSource, info: ClusterInfo | None = None) -> dict[str, Any]:
     """What the sidebar shows of a cluster, read through its DiagnosticsSource."""
-    info = source.info()
+    info = source.info() if info is None else info
     workers = info.workers
     now: collections.Counter[str] = collections.Counter()  # tasks the scheduler holds
     for states in source.progress().values():
@@ -81,6 +113,7 @@ def cluster_summary(source: DiagnosticsSource) -> dict[str, Any]:
     running.sort(key=lambda s: s.start or s.enqueued or 0.0)
     return {
         "kind": source.kind,
+        **identity(info),
         "workers": len(workers),
         "threads": info.total_nthreads,
         "memory_limit": sum(w.memory_limit_bytes or 0 for w in workers.values()),
@@ -125,8 +158,10 @@ def check_message(content: Any) -> dict[str, Any]:
     if not isinstance(content, dict) or not isinstance(content.get("type"), str):
         raise ValueError("expected an object with a 'type'")
     kind = content["type"]
-    if kind == "refresh":
+    if kind in ("refresh", "ping"):
         return {"type": kind}
+    if kind in CONTROLS:
+        return check_control(content)
     if kind == "subscribe":
         feeds = content.get("feeds")
         if not isinstance(feeds, list) or not all(f in OPTIONAL_FEEDS for f in feeds):
@@ -165,7 +200,12 @@ class Channel:
         self.sent_bytes = 0
         self.sent_messages = 0
         self.closed = False
+        # when the page was last heard from (its comm's opening counts), and whether
+        # its messages come on a subshell
+        self.last_heard = time.monotonic()
+        self.on_subshell = False
         self._lock = threading.RLock()
+        _keep_browser_routing(comm)
         comm.on_msg(self._on_msg)
         comm.on_close(lambda _msg: hub.remove(self))
 
@@ -224,6 +264,8 @@ class Channel:
     # -- browser -> kernel -------------------------------------------------------------
 
     def _on_msg(self, msg: dict[str, Any]) -> None:
+        self.last_heard = time.monotonic()
+        self.on_subshell = bool((msg.get("header") or {}).get("subshell_id"))
         data = msg.get("content", {}).get("data")
         try:
             request = check_message(data)
@@ -237,6 +279,11 @@ class Channel:
 
     def _handle(self, request: dict[str, Any]) -> None:
         kind = request["type"]
+        if kind == "ping":  # heard: that is all a ping says
+            return
+        if kind in CONTROLS:  # on a thread of its own: starting workers takes seconds
+            self.hub.runner.run(request, self.send, self.hub.status_now)
+            return
         with self._lock:
             if kind == "refresh":
                 self.send_everything()
@@ -245,6 +292,9 @@ class Channel:
                 self.bind(self.hub.source)
                 for publisher in self.publishers.values():
                     publisher.send_full()
+                if "workers" in self.optional:  # the worker table, without waiting a second
+                    self.last_status = None
+                    self.hub.status_now()
             elif kind == "compare":  # asked by the Compare panel: answered once
                 from .compare import state
 
@@ -256,6 +306,16 @@ class Channel:
                 if waiting is not None:  # someone is waiting for this one: no rate bound
                     waiting.tick(force=True)
 
+    def stale(self, now: float, newest: float) -> bool:
+        """Its page is gone: silent for ``STALE_SECONDS``, though a page pings every
+        ``PING_SECONDS`` from the moment its comm opens. Pings on a subshell arrive
+        while cells run; on the main shell they wait for the running cell, so there
+        only silence while other pages were heard counts (``newest``: when the hub
+        last heard any page; a lone page on the main shell is never judged)."""
+        if self.on_subshell:
+            return now - self.last_heard > STALE_SECONDS
+        return newest - self.last_heard > STALE_SECONDS
+
     def close(self) -> None:
         self.closed = True
         try:
@@ -264,12 +324,27 @@ class Channel:
             pass
 
 
+def _keep_browser_routing(comm: Any) -> None:
+    """Handle the browser's messages on the subshell it sent them to.
+
+    ipykernel 7 routes a comm's incoming messages to the subshell of the request
+    under which the kernel last sent on that comm (``_reply_subshell_for``), for
+    widgets that wait for a reply in a cell. Ours wait for nothing; the kernel sends
+    on them from a cell (``announce``, a restart of the cluster) and from the hub's
+    thread, which would send every later browser message to the main shell, behind
+    the running cell. Keep the browser's choice."""
+    if hasattr(comm, "_reply_subshell_for"):
+        comm._reply_subshell_for = lambda _data, default: default
+
+
 class Hub:
     """Every channel of this kernel, the thread that feeds them, and the memory
     history they share; follows the default source (the latest Client)."""
 
-    def __init__(self) -> None:
+    def __init__(self, controls: ClusterControls | None = None) -> None:
         self.channels: list[Channel] = []
+        self.runner = ControlRunner(controls)
+        self.controls = controls
         self.source: DiagnosticsSource | None = None
         self.memory: collections.deque[list[float]] = collections.deque(maxlen=MEMORY_SAMPLES)
         self.status: dict[str, Any] = {"cluster": None, "memory": None}
@@ -347,7 +422,14 @@ class Hub:
             return
         try:
             sample = memory_sample(source, time.time())
-            self.status = {"cluster": cluster_summary(source), "memory": sample}
+            info = source.info()
+            cluster = cluster_summary(source, info)
+            if self.controls is not None:
+                cluster["controls"] = self.controls.abilities(source)
+                cluster["client_code"] = cluster["controls"].pop("client_code", None)
+            self.status = {"cluster": cluster, "memory": sample}
+            if any("workers" in c.optional for c in self.channels):
+                self.status["workers"] = worker_rows(info)
         except (RuntimeError, TimeoutError) as exc:  # closed, though no Client said so
             self.status = {"cluster": None, "memory": None, "error": str(exc)}
             return
@@ -355,9 +437,25 @@ class Hub:
             self.memory.append(sample)
 
     def send_status(self, channel: Channel) -> None:
-        if channel.last_status != self.status:
-            channel.last_status = self.status
-            channel.send({"type": "status", **self.status})
+        status = self.status
+        if "workers" in status and "workers" not in channel.optional:
+            status = {k: v for k, v in status.items() if k != "workers"}
+        if channel.last_status != status:
+            channel.last_status = status
+            channel.send({"type": "status", **status})
+
+    def status_now(self) -> None:
+        """Read the cluster again and send every channel its status (a control ran,
+        a worker table opened): not a second later."""
+        with self._lock:
+            self._last_status_at = -math.inf
+            self._refresh_status()
+            channels = list(self.channels)
+        for channel in channels:
+            try:
+                self.send_status(channel)
+            except Exception:
+                logger.debug("Could not send a status", exc_info=True)
 
     # -- the thread --------------------------------------------------------------------
 
@@ -369,8 +467,20 @@ class Hub:
             )
             self._thread.start()
 
+    def _close_stale(self) -> None:
+        """Close the channels whose page is gone (see ``Channel.stale``)."""
+        now = time.monotonic()
+        with self._lock:
+            newest = max((c.last_heard for c in self.channels), default=now)
+            stale = [c for c in self.channels if c.stale(now, newest)]
+        for channel in stale:
+            logger.info("Closing a panel channel whose page has gone silent")
+            self.remove(channel)
+            channel.close()
+
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL):
+            self._close_stale()
             with self._lock:
                 channels = list(self.channels)
                 if not channels:
@@ -400,24 +510,29 @@ class Hub:
 _hub: Hub | None = None
 
 
-def hub() -> Hub:
+def hub(controls: ClusterControls | None = None) -> Hub:
     """This kernel's hub, made (and its comm target registered) on first use."""
     global _hub
     if _hub is None:
-        _hub = Hub()
+        _hub = Hub(controls)
+    elif controls is not None and _hub.controls is None:
+        _hub.controls = _hub.runner.controls = controls
     return _hub
 
 
-def register() -> bool:
+def register(controls: ClusterControls | None = None) -> bool:
     """In a Jupyter kernel: register the comm target and tell JupyterLab that
-    kernel_cluster is here. Idempotent; False (and nothing done) elsewhere."""
+    kernel_cluster is here. ``controls``: what the sidebar's cluster controls call
+    (the package passes its own: this layer cannot make clients). Idempotent; False
+    (and nothing done) elsewhere."""
     if not in_notebook():
         return False
     if _hub is not None:
+        hub(controls)
         return True
     from comm import get_comm_manager
 
-    h = hub()
+    h = hub(controls)
     # comm types the handler as returning None; what it returns is ignored
     get_comm_manager().register_target(TARGET, h.opened)  # type: ignore[arg-type]
     try:

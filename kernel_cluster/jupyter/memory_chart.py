@@ -57,7 +57,9 @@ class MemoryChart:
         self.updates = 0
         self._lock = threading.Lock()
         self.x = bq.LinearScale() if align else bq.DateScale()
-        self.y = bq.LinearScale()
+        # from 0: a flat series (a cluster at rest) would otherwise get a range so
+        # narrow that its ticks round to the same label (109.2, 109.2, 109 MiB)
+        self.y = bq.LinearScale(min=0.0)
         x_axis = bq.Axis(
             scale=self.x,
             label="seconds from start" if align else "time",

@@ -223,6 +223,9 @@ class TaskStream(_LiveWidget):
     again. ``max_tasks``: how many of the most recent tasks the view keeps."""
 
     kind = traitlets.Unicode("task-stream").tag(sync=True)
+    hidden_prefixes = traitlets.List(
+        traitlets.Unicode(), help="task prefixes and actions the legend hides"
+    ).tag(sync=True)
     _feeds = ("tasks",)
 
     def _feed_options(self, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -6,25 +6,50 @@
 // Either side may open the comm: this model when it meets a kernel (a page load,
 // a restart), the kernel when kernel_cluster is imported or a Client starts. A
 // kernel without kernel_cluster closes ours, and we wait for its announcement.
+//
+// The comm's messages go to a kernel subshell where the kernel has them (ipykernel
+// 7, JupyterLab's "comms over subshells"), so the kernel answers while a cell runs:
+// we open the comm only once its subshell is there, so that the kernel's side of it
+// lives on that subshell too. While open, we ping the kernel every few seconds; a
+// page that is gone stops pinging, and the kernel closes its channel.
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import { Signal, type ISignal } from '@lumino/signaling';
-import { Store, type Binding, type Buffer, type Part } from '@kernel-cluster/widgets';
+import { Store, type Binding, type Buffer, type Part, type WorkerRow } from '@kernel-cluster/widgets';
 import { isMode, isView, type Mode, type View } from './views';
 
 export const TARGET = 'kernel-cluster-lab';
 const PROTOCOL = 1;
 
-export type Feed = 'tasks' | 'profile';
+export type Feed = 'tasks' | 'profile' | 'workers';
+
+/** Seconds between two pings (kernel_cluster/jupyter/lab.py closes a channel
+ * silent for several of them). */
+export const PING_SECONDS = 5;
 
 export interface ClusterSummary {
   kind: string;
+  /** 'kernel-cluster', or 'dask' for an attached Dask cluster. */
+  engine?: string;
+  /** The scheduler's address and its dashboard (Dask's), when there are. */
+  address?: string | null;
+  dashboard?: string | null;
   workers: number;
   threads: number;
   memory_limit: number;
   tasks: { in_flight: number; waiting: number; done: number; erred: number };
   spans: { id: string; name: string[] }[];
+  /** What the sidebar's controls may do to this cluster. */
+  controls?: { scale: boolean; stop: boolean };
+  /** Code that makes a client of this cluster in the notebook. */
+  client_code?: string;
 }
+
+/** What the sidebar asks the kernel to do with its cluster. */
+export type ControlRequest =
+  | { type: 'start'; processes: boolean; n_workers: number; threads_per_worker: number; memory_limit: string }
+  | { type: 'scale'; n_workers: number }
+  | { type: 'stop' };
 
 /** `[time, process, managed, unmanaged, spilled]`, seconds and bytes. */
 export type MemorySample = [number, number, number, number, number];
@@ -55,8 +80,16 @@ export class ClusterConnection {
   restarted = false;
   cluster: ClusterSummary | null = null;
   memory: MemorySample[] = [];
+  /** The worker table's rows (while a Workers panel is open). */
+  workers: WorkerRow[] = [];
+  /** The last control's outcome, for the sidebar: pending, or the kernel's answer. */
+  control: { pending: string | null; error: string | null; done: string | null } = { pending: null, error: null, done: null };
   /** What arrived on the comm, for the measurements (kernel -> browser). */
-  readonly stats = { messages: 0, bytes: 0, since: performance.now() };
+  readonly stats = { messages: 0, bytes: 0, since: performance.now(), byFeed: {} as Record<string, number> };
+  /** The kernel runs a cell now, and whether it reads our messages meanwhile (on a
+   * subshell: ipykernel 7 with JupyterLab 4.4+) or only between cells. */
+  busy = false;
+  subshells = false;
   /** The latest state changes and kernel events, to tell what happened. */
   readonly history: string[] = [];
   private comm: Kernel.IComm | null = null;
@@ -75,9 +108,11 @@ export class ClusterConnection {
   private readonly _changed = new Signal<this, void>(this);
   private readonly _show = new Signal<this, ShowRequest>(this);
   private _disposed = false;
+  private pinger: ReturnType<typeof setInterval> | null = null;
 
   constructor(
-    readonly path: string,
+    /** The notebook's path; follows renames (connections.ts). */
+    public path: string,
     private session: ISessionContext,
   ) {
     session.kernelChanged.connect(this.onKernelChanged, this);
@@ -131,6 +166,11 @@ export class ClusterConnection {
 
   private onStatus(_: ISessionContext, status: Kernel.Status): void {
     this.note(`kernel ${status}`);
+    const busy = status === 'busy';
+    if (busy !== this.busy) {
+      this.busy = busy;
+      this._changed.emit();
+    }
     if (status === 'restarting' || status === 'autorestarting') {
       this.restarted = true;
       this.reset();
@@ -167,6 +207,7 @@ export class ClusterConnection {
     this.store = new Store();
     this.cluster = null;
     this.memory = [];
+    this.workers = [];
     this.subscribed = '';
     this.askedRefresh = false;
   }
@@ -174,6 +215,7 @@ export class ClusterConnection {
   private dropComm(): void {
     const comm = this.comm;
     this.comm = null;
+    this.stopPinging();
     if (comm && !comm.isDisposed) {
       try {
         comm.close();
@@ -191,6 +233,24 @@ export class ClusterConnection {
     this.asked = true;
     const comm = kernel.createComm(TARGET);
     this.wire(comm);
+    void this.openOnSubshell(kernel, comm);
+  }
+
+  /** Open once the comm's subshell is there (or known not to be): its messages, the
+   * open included, then reach the kernel while a cell runs. */
+  private async openOnSubshell(kernel: Kernel.IKernelConnection, comm: Kernel.IComm): Promise<void> {
+    try {
+      await kernel.info;
+      this.subshells = kernel.supportsSubshells;
+      const started = (comm as Partial<{ subshellStarted: Promise<void> }>).subshellStarted;
+      if (kernel.supportsSubshells && started) {
+        await Promise.race([started, new Promise((resolve) => setTimeout(resolve, 5000))]);
+      }
+    } catch (reason) {
+      this.note(`no subshell: ${reason}`);
+    }
+    if (comm.isDisposed || this.comm !== comm) return;
+    this.note(`comm open${(comm as Partial<{ subshellId: string | null }>).subshellId ? ' on a subshell' : ''}`);
     comm.open({ protocol: PROTOCOL });
   }
 
@@ -204,11 +264,13 @@ export class ClusterConnection {
   private wire(comm: Kernel.IComm): void {
     this.comm = comm;
     this.subscribed = '';
+    this.startPinging();
     comm.onMsg = (msg) => this.onMessage(comm, msg);
     comm.onClose = () => {
       this.note('comm closed');
       if (this.comm !== comm) return;
       this.comm = null;
+      this.stopPinging();
       if (this.state === 'connecting' || this.state === 'live' || this.state === 'no-cluster') {
         this.setState('no-package');
       }
@@ -222,7 +284,9 @@ export class ClusterConnection {
     const data = msg.content.data as Record<string, unknown>;
     const buffers = (msg.buffers ?? []) as Buffer[];
     this.stats.messages += 1;
-    this.stats.bytes += JSON.stringify(data).length + buffers.reduce((n, b) => n + byteLength(b), 0);
+    const size = JSON.stringify(data).length + buffers.reduce((n, b) => n + byteLength(b), 0);
+    this.stats.bytes += size;
+    this.countByFeed(data, buffers, size);
     switch (data.type) {
       case 'hello':
         this.subscribed = '';
@@ -246,13 +310,39 @@ export class ClusterConnection {
       case 'show':
         if (isView(data.kind) && isMode(data.mode)) this._show.emit({ view: data.kind, mode: data.mode });
         return;
+      case 'control':
+        this.control = {
+          pending: null,
+          error: data.ok ? null : String(data.message ?? 'failed'),
+          done: data.ok ? String(data.message ?? '') : null,
+        };
+        this._changed.emit();
+        return;
       default:
         console.warn('kernel-cluster: ignoring an unknown message', data.type);
     }
   }
 
+  /** Bytes by what they feed: each update part's own, the rest by message type. */
+  private countByFeed(data: Record<string, unknown>, buffers: Buffer[], size: number): void {
+    const by = this.stats.byFeed;
+    if (data.type !== 'update' || !Array.isArray(data.parts)) {
+      const key = String(data.type);
+      by[key] = (by[key] ?? 0) + size;
+      return;
+    }
+    let at = 0;
+    for (const part of data.parts as Part[]) {
+      const own = buffers.slice(at, at + part.nbuffers);
+      at += part.nbuffers;
+      by[part.feed] = (by[part.feed] ?? 0) + JSON.stringify(part).length + own.reduce((n, b) => n + byteLength(b), 0);
+    }
+  }
+
   private onStatusMessage(data: Record<string, unknown>): void {
     this.cluster = (data.cluster as ClusterSummary | null) ?? null;
+    if (Array.isArray(data.workers)) this.workers = data.workers as WorkerRow[];
+    else if (!this.cluster) this.workers = [];
     const sample = data.memory as MemorySample | null;
     const last = this.memory[this.memory.length - 1];
     if (sample && (!last || sample[0] > last[0])) this.memory.push(sample);
@@ -279,6 +369,49 @@ export class ClusterConnection {
   private send(content: Record<string, unknown>): void {
     const comm = this.comm;
     if (comm && !comm.isDisposed) comm.send(content as any);
+  }
+
+  private startPinging(): void {
+    this.stopPinging();
+    this.pinger = setInterval(() => this.send({ type: 'ping' }), PING_SECONDS * 1000);
+  }
+
+  private stopPinging(): void {
+    if (this.pinger !== null) clearInterval(this.pinger);
+    this.pinger = null;
+  }
+
+  /** Start, scale or stop the kernel's cluster: the kernel does it (lab.py) and
+   * answers with a `control` message. Without kernel_cluster in the kernel yet, it
+   * is imported first (silently, as a cell would), which opens the comm. */
+  async controlCluster(request: ControlRequest, bootstrap: string): Promise<void> {
+    this.control = { pending: request.type, error: null, done: null };
+    this._changed.emit();
+    if (!this.comm) {
+      const kernel = this.kernel;
+      if (!kernel) {
+        this.control = { pending: null, error: 'This notebook has no kernel.', done: null };
+        this._changed.emit();
+        return;
+      }
+      this.note('importing kernel_cluster in the kernel');
+      const reply = await kernel.requestExecute({ code: bootstrap, silent: true, store_history: false }).done;
+      if (reply.content.status !== 'ok') {
+        const why = reply.content.status === 'error' ? `${reply.content.ename}: ${reply.content.evalue}` : reply.content.status;
+        this.control = { pending: null, error: `Cannot import kernel_cluster in this kernel (${why}).`, done: null };
+        this._changed.emit();
+        return;
+      }
+      // the kernel announces itself; wait for the comm (bounded)
+      const t0 = performance.now();
+      while (!this.comm && performance.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 50));
+      if (!this.comm) {
+        this.control = { pending: null, error: 'The kernel imported kernel_cluster but did not answer.', done: null };
+        this._changed.emit();
+        return;
+      }
+    }
+    this.send(request as unknown as Record<string, unknown>);
   }
 
   /** A panel (by id) needs these optional feeds; [] when it closes. */
@@ -354,6 +487,7 @@ export class ClusterConnection {
     this.session.connectionStatusChanged.disconnect(this.onConnection, this);
     this.kernel?.removeCommTarget(TARGET, this.accept);
     this.dropComm();
+    this.stopPinging();
     this.kernel = null;
     this.setState('no-kernel');
     Signal.clearData(this);
@@ -362,7 +496,7 @@ export class ClusterConnection {
 
 /** What a panel or the sidebar says for a state (null: nothing to say, data flows). */
 export function describe(c: ClusterConnection | null, path: string): string | null {
-  const start = 'Start one in the notebook: from kernel_cluster import Client; client = Client()';
+  const start = 'Start one from the Kernel Cluster sidebar, or in the notebook: from kernel_cluster import Client; client = Client()';
   if (!c) return `Open ${path} to see its kernel's cluster.`;
   switch (c.state) {
     case 'live':

@@ -1,23 +1,30 @@
 // kernel-cluster's JupyterLab plugin: a sidebar for the current notebook kernel's
-// cluster, and commands that open its views as dockable main-area panels, restored
-// in place after a reload. The kernel's side is kernel_cluster/jupyter/lab.py.
+// cluster (with controls to start, scale and stop it), and commands that open its
+// views as main-area panels, restored in place after a reload. The kernel's side is
+// kernel_cluster/jupyter/lab.py.
+//
+// Views open as tabs: the first one beside the notebook (one split), the next ones
+// in that panel area, as JupyterLab opens documents; a split is the user's choice
+// (drag a tab) or the default layout's.
 import { ILabShell, ILayoutRestorer, type JupyterFrontEnd, type JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, WidgetTracker } from '@jupyterlab/apputils';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { Connections } from './connections';
 import { clusterIcon } from './icon';
-import { ClusterPanel, panelId } from './panel';
+import { ClusterPanel } from './panel';
 import { ClusterSidebar } from './sidebar';
-import { isMode, isView, LABELS, VIEWS, type Mode, type View } from './views';
+import { CAPTIONS, isMode, isView, LABELS, VIEWS, type Mode, type View } from './views';
 
 const PLUGIN_ID = '@kernel-cluster/lab:plugin';
 
 export const CommandIDs = {
   open: 'kernel-cluster:open',
   openView: (view: View) => `kernel-cluster:open-${view}`,
+  openAll: 'kernel-cluster:open-all',
   defaultLayout: 'kernel-cluster:default-layout',
+  insertClient: 'kernel-cluster:insert-client-code',
   stats: 'kernel-cluster:stats',
 };
 
@@ -46,7 +53,7 @@ function readLayout(value: unknown): LayoutStep[] {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'Panels of the notebook kernel\'s kernel-cluster: fine metrics, spans, profile, task stream, memory, progress.',
+  description: "Panels of the notebook kernel's kernel-cluster: fine metrics, spans, profile, task stream, memory, progress, workers; a sidebar with the cluster's controls.",
   autoStart: true,
   requires: [INotebookTracker],
   optional: [ICommandPalette, ILayoutRestorer, ISettingRegistry, ILabShell],
@@ -62,19 +69,46 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const panels = new WidgetTracker<ClusterPanel>({ namespace: 'kernel-cluster' });
     let layout = FALLBACK_LAYOUT;
 
-    const currentPath = (): string | null => notebooks.currentWidget?.context.path ?? null;
+    const currentPath = (): string | null => {
+      const current = app.shell.currentWidget;
+      if (current instanceof ClusterPanel) return current.path;
+      return notebooks.currentWidget?.context.path ?? null;
+    };
+
+    const find = (view: View, path: string): ClusterPanel | undefined => panels.find((p) => p.view === view && p.path === path && !p.isDisposed);
+
+    /** Where a new view goes when no mode is asked: as a tab beside the panel of
+     * this notebook used last (or any of ours), else split once beside the notebook. */
+    const placement = (path: string): { mode: Mode; ref: string | null } => {
+      const attached = (p: ClusterPanel | null | undefined): p is ClusterPanel => !!p && !p.isDisposed && p.isAttached;
+      const last = panels.currentWidget;
+      const mine = panels.filter((p) => p.path === path);
+      const anchor = [last?.path === path ? last : null, ...mine, last, ...panels.filter(() => true)].find(attached);
+      if (anchor) return { mode: 'tab-after', ref: anchor.id };
+      return { mode: 'split-right', ref: connections.notebook(path)?.id ?? null };
+    };
 
     const open = (view: View, path: string, mode?: Mode, ref?: string, activate = true): ClusterPanel => {
-      const existing = panels.find((p) => p.id === panelId(view, path));
-      if (existing) {
+      const existing = find(view, path);
+      if (existing?.isAttached) {
         if (activate) app.shell.activateById(existing.id);
         return existing;
       }
+      existing?.dispose(); // made by the restorer, then left out of the restored layout
       const panel = new ClusterPanel(view, path, connections);
-      const refId = ref ?? connections.notebook(path)?.id;
-      app.shell.add(panel, 'main', { mode: mode ?? 'split-right', ref: refId ?? null, activate });
+      const where = mode ? { mode, ref: ref ?? connections.notebook(path)?.id ?? null } : placement(path);
+      app.shell.add(panel, 'main', { mode: where.mode, ref: where.ref, activate });
       void panels.add(panel);
       return panel;
+    };
+
+    const openAll = (path: string): void => {
+      let first: ClusterPanel | null = null;
+      for (const view of VIEWS) {
+        const panel = open(view, path, undefined, undefined, false);
+        first = first ?? panel;
+      }
+      if (first) app.shell.activateById(first.id);
     };
 
     const defaultLayout = (path: string): void => {
@@ -86,6 +120,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
         opened.set(step.view, panel.id);
       }
     };
+
+    /** Put ``code`` in a new cell below the active one of the notebook at ``path``. */
+    const insertCode = (path: string, code: string): void => {
+      const nb = connections.notebook(path);
+      if (!nb?.content.model) return;
+      app.shell.activateById(nb.id);
+      NotebookActions.insertBelow(nb.content);
+      const cell = nb.content.activeCell;
+      if (cell) cell.model.sharedModel.setSource(code);
+    };
+
+    // the panels follow their notebook when it is renamed or moved
+    connections.renamed.connect((_, { from, to }) => {
+      panels.forEach((p) => {
+        if (p.path !== from) return;
+        p.setPath(to);
+        void panels.save(p);
+      });
+    });
 
     app.commands.addCommand(CommandIDs.open, {
       label: (args) => (isView(args.view) ? `Open ${LABELS[args.view]}` : 'Open a Kernel Cluster view'),
@@ -102,7 +155,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     for (const view of VIEWS) {
       app.commands.addCommand(CommandIDs.openView(view), {
         label: `Open ${LABELS[view]}`,
-        caption: `Open the ${LABELS[view]} panel of the current notebook kernel's cluster`,
+        caption: `Kernel Cluster: ${CAPTIONS[view]} (as a tab beside the other views)`,
         icon: clusterIcon,
         isEnabled: () => currentPath() !== null,
         execute: () => {
@@ -112,9 +165,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
       palette?.addItem({ command: CommandIDs.openView(view), category: 'Kernel Cluster' });
     }
+    app.commands.addCommand(CommandIDs.openAll, {
+      label: 'Open All Views as Tabs',
+      caption: "Open every view of the current notebook kernel's cluster, as tabs in one area beside the notebook",
+      icon: clusterIcon,
+      isEnabled: () => currentPath() !== null,
+      execute: () => {
+        const path = currentPath();
+        if (path) openAll(path);
+      },
+    });
+    palette?.addItem({ command: CommandIDs.openAll, category: 'Kernel Cluster' });
     app.commands.addCommand(CommandIDs.defaultLayout, {
       label: 'Open the Default Layout',
-      caption: 'Open the views of the current notebook kernel\'s cluster in the layout set in the settings',
+      caption: "Open the views of the current notebook kernel's cluster in the layout set in the settings",
       isEnabled: () => currentPath() !== null,
       execute: () => {
         const path = currentPath();
@@ -122,6 +186,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
       },
     });
     palette?.addItem({ command: CommandIDs.defaultLayout, category: 'Kernel Cluster' });
+    app.commands.addCommand(CommandIDs.insertClient, {
+      label: 'Insert Client Code',
+      caption: "Insert a cell that makes a client of the notebook kernel's cluster",
+      isEnabled: () => currentPath() !== null,
+      execute: () => {
+        const path = currentPath();
+        if (path) insertCode(path, sidebar.clientCode(path));
+      },
+    });
+    palette?.addItem({ command: CommandIDs.insertClient, category: 'Kernel Cluster' });
     // measurements for the browser tests: what a notebook's connection received
     app.commands.addCommand(CommandIDs.stats, {
       execute: (args): ReadonlyPartialJSONObject => {
@@ -131,17 +205,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
           state: conn.state,
           messages: conn.stats.messages,
           bytes: conn.stats.bytes,
+          byFeed: { ...conn.stats.byFeed },
           seconds: (performance.now() - conn.stats.since) / 1000,
           history: [...conn.history],
         };
       },
     });
 
+    // from a cell (kernel_cluster.show()): the panel opens beside the notebook, which
+    // keeps the focus (the user goes on typing there)
     connections.showRequested.connect((_, { view, mode, path }) => {
-      open(view, path, mode);
+      open(view, path, mode, undefined, false);
     });
 
-    const sidebar = new ClusterSidebar(notebooks, labShell, connections, (view, path) => open(view, path), defaultLayout);
+    const sidebar = new ClusterSidebar(notebooks, labShell, connections, {
+      open: (view, path) => open(view, path),
+      openAll,
+      defaultLayout,
+      insertCode,
+    });
     app.shell.add(sidebar, 'left', { rank: 700 });
 
     if (restorer) {
@@ -149,7 +231,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void restorer.restore(panels, {
         command: CommandIDs.open,
         args: (panel) => ({ view: panel.view, path: panel.path, restore: true }),
-        name: (panel) => panel.id,
+        name: (panel) => `${panel.view}:${panel.path}`,
+      });
+      // a panel saved in the state but not in the saved layout (closed just before a
+      // reload) is made by the restorer and left out of the dock: it would hold its
+      // feeds in the kernel for nothing
+      void app.restored.then(() => {
+        panels.forEach((p) => {
+          if (!p.isAttached) p.dispose();
+        });
       });
     }
     if (settings) {

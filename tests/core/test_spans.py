@@ -400,3 +400,27 @@ def test_a_summary_in_one_pass_reads_as_the_properties(tree, finished):
     assert s.nbytes_by_prefix == {"a": 17, "b": 5}
     empty = tree.observe(ann(("e", "e1")), time=3.0)
     assert tuple(summarize(empty)[:8]) == by_properties(empty)
+
+
+def test_a_capture_is_a_copy_summed_later(tree):
+    """The run history copies a finished span's numbers on the engine's loop and sums
+    them on its own thread: what happens to the span after the copy (its tasks
+    forgotten, a late heartbeat's metrics, a new group) does not change the sum."""
+    from kernel_cluster.core.span_summary import capture, summarize, summarize_capture
+
+    span = tree.observe(ann(("w", "r")), time=0.5)
+    g = group(span, "a", memory=2)
+    g.start, g.stop, g.nbytes_total = 1.0, 2.0, 10
+    g.all_durations["compute"] = 1.0
+    span.add_metrics(("execute", "a", "thread-cpu", "seconds"), 1.0)
+    before = summarize(span)
+    copied = capture(span)
+    g.states["memory"], g.states["forgotten"] = 0, 2
+    g.all_durations["transfer"] = 0.5
+    g.nbytes_total = 99
+    span.add_metrics(("execute", "a", "thread-cpu", "seconds"), 5.0)
+    span.add_metrics(("execute", "b", "output", "bytes"), 7)
+    group(span, "b", processing=1)
+    tree.nthreads_changed(1.5, 8)
+    assert summarize_capture(copied) == before
+    assert summarize(span) != before

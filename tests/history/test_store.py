@@ -172,8 +172,8 @@ def test_an_unwritable_place_is_named_as_such(tmp_path):
     assert info.value.reason == "unwritable"
 
 
-def test_tags_and_code_shared_by_spans_are_stored_for_each(path, monkeypatch):
-    """Spans made in a loop share their tags' and code's encoding (a bounded memo):
+def test_tags_code_and_states_shared_by_spans_are_stored_for_each(path, monkeypatch):
+    """Spans made in a loop share their tags', code's and states' encoding (a bounded memo):
     each span still reads back its own, and the memo never outgrows its bound."""
     import dataclasses
 
@@ -186,14 +186,49 @@ def test_tags_and_code_shared_by_spans_are_stored_for_each(path, monkeypatch):
     for i in range(8):
         tags = ("loop", f"s{i % 3}") if i % 2 else ("loop",)
         code = ((frame,), (("nb.py", 10 + i % 2, "f", "x = 1"),)) if i < 6 else ()
+        states = {"memory": 10 - i % 2, "erred": i % 2, "released": 0}  # two, shared
         record = finished(f"id{i}", tags)
-        record = dataclasses.replace(record, span=dataclasses.replace(record.span, code=code))
-        store.write_spans(conn, row, [record])
-        made[f"id{i}"] = (tags, code)
+        span = dataclasses.replace(record.span, code=code, states=states)
+        store.write_spans(conn, row, [dataclasses.replace(record, span=span)])
+        made[f"id{i}"] = (tags, code, {k: v for k, v in states.items() if v})
         assert len(store._encoded) <= 3
-    for span_id, (tags, code) in made.items():
+    for span_id, (tags, code, states) in made.items():
         loaded = store.span_by_id(conn, span_id)
         assert loaded is not None
         assert tuple(loaded["tags"]) == tags
         assert tuple(tuple(tuple(f) for f in stack) for stack in loaded["code"]) == code
+        assert loaded["states"] == states
     conn.close()
+
+
+def test_a_failed_pack_leaves_the_next_rows_whole():
+    """Rows are packed by one msgpack Packer per thread: a value it cannot pack (its
+    ``str`` fails) raises, and what is packed next is not mixed with it."""
+    import msgpack
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    with pytest.raises(ValueError, match="no text"):
+        store._pack([1, "half a row", Unprintable()])
+    assert store._pack({"inc": [1, 2]}) == msgpack.packb({"inc": [1, 2]}, use_bin_type=True)
+
+
+def test_a_spans_idle_lines_are_no_busy_thread_time():
+    """A stored span's busy thread-seconds are its tasks': neither the workers' idle
+    filed under it by reason (``idle: ...``, function None) nor its "idle or other
+    spans" line count (the idle parts counted as busy after the merge with main)."""
+    from kernel_cluster.diagnostics.snapshots import SpanInfo
+
+    metrics = {
+        ("execute", "inc", "thread-cpu", "seconds"): 2.0,
+        ("execute", "inc", "tasks", "count"): 4,
+        ("execute", None, "idle: no-ready-task", "seconds"): 1.5,
+        ("execute", None, "idle: waiting-for-data", "seconds"): 0.5,
+        ("execute", "N/A", "idle or other spans", "seconds"): 4.0,
+    }
+    span = SpanInfo("s", ("s",), None, (), 0.0, 0.0, 2.0, 2.0, 0, {}, True, 8.0, metrics)
+    rows, busy = store.metrics_rows(span)
+    assert busy == 2.0
+    assert len(rows) == len(metrics)

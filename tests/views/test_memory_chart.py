@@ -96,3 +96,11 @@ def test_no_live_chart_outside_a_notebook():
     with ms.sample("quiet", client=client, interval=0.05):
         pass
     assert ms.chart is None and ms.samples["quiet"]
+
+
+def test_the_y_axis_starts_at_zero_so_a_flat_series_has_distinct_ticks():
+    """Issue 28: a cluster at rest (109.2 MiB, give or take a few KiB) got a y range so
+    narrow that bqplot's ticks rounded to the same label (109.2, 109.2, 109, 109 MiB)."""
+    flat = {"rest": [(float(t), 109 * 2**20 + 4096 * (t % 3)) for t in range(20)]}
+    chart = MemoryChart(flat, align=True)
+    assert chart.y.min == 0.0

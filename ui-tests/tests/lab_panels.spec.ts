@@ -86,17 +86,20 @@ test('sidebar, two panels from it, one dragged into a split; a reload brings the
   await expect(sidebar(page).locator('tr[data-fact="kind"] td')).toContainText('embedded');
 
   await sidebar(page).locator('button[data-view="fine-metrics"]').click();
-  await sidebar(page).locator('button[data-view="span-tree"]').click();
   const fm = panel(page, 'fine-metrics');
-  const tree = panel(page, 'span-tree');
   await expectFineMetrics(fm, ['load', 'crunch']);
+  // the second view opens as a tab beside the first (one area beside the notebook)
+  await sidebar(page).locator('button[data-view="span-tree"]').click();
+  const tree = panel(page, 'span-tree');
   await expect(tree.locator('.kc-tree-row[data-name="etl / load"] .kc-span-counts')).toContainText('24');
   await expect(tree.locator('.kc-tree-row[data-name="etl / crunch"]')).toBeVisible();
+  await expect(fm).toBeHidden();
 
-  // drag the span tree's tab onto the lower part of the fine metrics panel: a split
+  // drag the span tree's tab onto the lower part of that area: a split, the fine
+  // metrics above, the span tree below
   const tab = page.locator(`.lm-DockPanel-tabBar .lm-TabBar-tab[data-id="${await tree.getAttribute('id')}"]`);
   const from = (await tab.boundingBox())!;
-  const target = (await fm.boundingBox())!;
+  const target = (await tree.boundingBox())!;
   // the restorer saves the layout to the server a moment after it changes: the reload
   // below must come after the save of the split (a vertical split area in the dock)
   const saved = page.waitForRequest(
@@ -160,13 +163,23 @@ test('the kernel dies and restarts: the panels say so, then reconnect to the new
   await page.notebook.runCell(0);
   await page.notebook.runCell(1);
   await page.evaluate(() => (window as any).jupyterapp.commands.execute('kernel-cluster:open-fine-metrics'));
-  await page.evaluate(() => (window as any).jupyterapp.commands.execute('kernel-cluster:open-task-stream'));
+  // the second one split below the first, so that both are in view (a view opened
+  // from the sidebar or the palette would be a tab behind it)
+  const ref = await panel(page, 'fine-metrics').getAttribute('id');
+  await page.evaluate(
+    async (args) => {
+      await (window as any).jupyterapp.commands.execute('kernel-cluster:open', args);
+    },
+    { view: 'task-stream', path: `${tmpPath}/${PANELS}`, mode: 'split-bottom', ref },
+  );
   const fm = panel(page, 'fine-metrics');
   const ts = panel(page, 'task-stream');
   await expectFineMetrics(fm, ['load', 'crunch']);
   await expect(ts.locator('.kc-task-stream .kc-title .kc-note')).toHaveText('49 tasks', { timeout: 30000 });
 
-  // the kernel process dies; Jupyter restarts it
+  // the kernel process dies; Jupyter restarts it (the panel opened last has the focus:
+  // back to the notebook, whose commands act on the widget in front)
+  await page.notebook.activate(PANELS);
   await page.notebook.addCell('code', 'import os\nos._exit(1)');
   await page.notebook.selectCells(3);
   await page.evaluate(() => {
@@ -207,10 +220,19 @@ test('two notebooks, two kernels: each panel shows its own kernel', async ({ pag
   await page.notebook.runCell(0);
   await page.notebook.runCell(1);
   await page.evaluate(() => (window as any).jupyterapp.commands.execute('kernel-cluster:open-fine-metrics'));
+  // the panel took the focus: the next notebook opens in the notebooks' area (as a
+  // tab beside the panel, JupyterLab would hide it)
+  await page.notebook.activate(PANELS);
   await openNotebook(page, tmpPath, OTHER);
   await page.notebook.runCell(0);
   await page.notebook.runCell(1);
-  await page.evaluate(() => (window as any).jupyterapp.commands.execute('kernel-cluster:open-fine-metrics'));
+  // split below the other notebook, so that both panels are in view
+  await page.evaluate(
+    async (path) => {
+      await (window as any).jupyterapp.commands.execute('kernel-cluster:open', { view: 'fine-metrics', path, mode: 'split-bottom' });
+    },
+    `${tmpPath}/${OTHER}`,
+  );
   const a = panel(page, 'fine-metrics', PANELS);
   const b = panel(page, 'fine-metrics', OTHER);
   await expectFineMetrics(a, ['load', 'crunch']);

@@ -1,6 +1,7 @@
 // What the canvas views share: sizing for the screen's pixel ratio, frame
-// scheduling, growable typed columns, binary search, and time-axis labels (the
-// ticks themselves are d3-array's).
+// scheduling, growable typed columns, binary search, and time axes (ticks at the
+// steps a clock reader expects, and their labels).
+import { ticks, tickStep } from 'd3-array';
 
 /** Size a canvas for ``width`` x ``height`` CSS pixels; its 2D context, or null
  * where there is none (jsdom). The context draws in CSS pixels. */
@@ -20,6 +21,13 @@ export function sizeCanvas(canvas: HTMLCanvasElement, width: number, height: num
   }
   if (ctx) ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
   return ctx;
+}
+
+/** A canvas view's width: its element's, down to a narrow panel's (160 px), or 400
+ * where it has none yet (hidden, or no layout as in jsdom). */
+export function fitWidth(el: Element): number {
+  const w = el.clientWidth || 0;
+  return w > 0 ? Math.max(w, 160) : 400;
 }
 
 /** Calls ``fn`` once on the next animation frame however often it is asked. */
@@ -94,10 +102,40 @@ export function lowerBound(order: ArrayLike<number>, n: number, key: (i: number)
   return lo;
 }
 
-/** A time offset in seconds as a short axis label. */
+/** Steps a time axis takes from a second up: what a clock reader counts in. */
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+
+/** About ``count`` ticks between ``a`` and ``b`` seconds at a step a reader expects
+ * of time (10 s, 30 s, 1 min, 5 min, ...; below a second, d3's decimal steps), and
+ * that step. A ten-minute range gets 0, 5, 10 min, never 3.3 and 6.7 min. */
+export function timeTicks(a: number, b: number, count: number): { values: number[]; step: number } {
+  if (!(b > a)) return { values: [a], step: 1 };
+  const rough = (b - a) / Math.max(count, 1);
+  if (rough < 1) {
+    const step = tickStep(a, b, count);
+    return { values: ticks(a, b, count), step };
+  }
+  const step = TIME_STEPS.find((s) => s >= rough) ?? Math.ceil(rough / 86400) * 86400;
+  const values: number[] = [];
+  for (let t = Math.ceil(a / step - 1e-9) * step; t <= b + 1e-9; t += step) values.push(t + 0); // + 0: no -0
+  return { values, step };
+}
+
+/** A time offset in seconds as a short axis label, as precise as the step. */
 export function formatOffset(s: number, step: number): string {
-  if (step >= 60) return `${(s / 60).toFixed(step >= 600 ? 0 : 1)} min`;
-  if (step >= 1) return `${s.toFixed(0)} s`;
+  if (step >= 1) {
+    const sign = s < 0 ? '-' : '';
+    let rest = Math.round(Math.abs(s));
+    const h = Math.floor(rest / 3600);
+    rest -= h * 3600;
+    const m = Math.floor(rest / 60);
+    const sec = rest - m * 60;
+    const parts: string[] = [];
+    if (h) parts.push(`${h} h`);
+    if (m) parts.push(`${m} min`);
+    if (sec || !parts.length) parts.push(`${sec} s`);
+    return sign + parts.join(' ');
+  }
   const digits = Math.min(6, Math.max(0, -Math.floor(Math.log10(step))));
   if (step >= 1e-3) return `${s.toFixed(digits)} s`;
   return `${(s * 1e3).toFixed(Math.max(0, digits - 3))} ms`;

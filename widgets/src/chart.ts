@@ -18,13 +18,17 @@ export interface ChartOptions {
 
 const SVG = 'http://www.w3.org/2000/svg';
 
+/** The narrowest the bars draw (a narrower host scrolls). */
+export const MIN_WIDTH = 200;
+
 export function truncate(label: string, n: number): string {
   return label.length <= n ? label : `${label.slice(0, n - 1)}…`;
 }
 
 export function drawBars(host: HTMLElement, rows: BarRow[], opts: ChartOptions): void {
-  const width = opts.width ?? Math.max(host.clientWidth || 0, 320);
-  const labelWidth = opts.labelWidth ?? 130;
+  const width = opts.width ?? Math.max(host.clientWidth || 0, MIN_WIDTH);
+  // a narrow panel gives the labels less room, not the bars
+  const labelWidth = Math.min(opts.labelWidth ?? 130, Math.round(width * 0.32));
   const valueWidth = 64;
   const rowHeight = opts.rowHeight ?? 20;
   host.replaceChildren();

@@ -14,7 +14,8 @@ export function h<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-/** A tooltip that follows the pointer inside ``root``. */
+/** A tooltip that follows the pointer inside ``root``, on the pointer's left (or
+ * above it) where the right (or bottom) edge would cut it off. */
 export class Tooltip {
   readonly node: HTMLDivElement;
 
@@ -28,8 +29,17 @@ export class Tooltip {
     this.node.textContent = text;
     this.node.style.display = 'block';
     const box = this.root.getBoundingClientRect();
-    this.node.style.left = `${event.clientX - box.left + 12}px`;
-    this.node.style.top = `${event.clientY - box.top + 12}px`;
+    const x = event.clientX - box.left;
+    const y = event.clientY - box.top;
+    // the visible part of the root: a panel scrolls, a notebook output may be clipped
+    const right = Math.min(box.width, (typeof window !== 'undefined' ? window.innerWidth : Infinity) - box.left);
+    const bottom = Math.min(box.height + 400, (typeof window !== 'undefined' ? window.innerHeight : Infinity) - box.top);
+    const w = this.node.offsetWidth;
+    const ht = this.node.offsetHeight;
+    const left = x + 12 + w > right ? Math.max(0, x - 12 - w) : x + 12;
+    const top = y + 12 + ht > bottom ? Math.max(0, y - 12 - ht) : y + 12;
+    this.node.style.left = `${left}px`;
+    this.node.style.top = `${top}px`;
   }
 
   hide(): void {

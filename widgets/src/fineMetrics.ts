@@ -4,6 +4,7 @@
 import { computePanels, type Filters, type Panels } from './aggregate';
 import { drawBars } from './chart';
 import { activityColor } from './colors';
+import { FrameScheduler } from './canvas';
 import { h, Tooltip } from './dom';
 import type { Store } from './store';
 
@@ -35,6 +36,9 @@ export class FineMetricsView {
   private notes = new Map<string, HTMLSpanElement>();
   private tooltip: Tooltip;
   private unsubscribe: () => void;
+  private frame: FrameScheduler;
+  private observer: ResizeObserver | null = null;
+  private drawnWidth = -1;
 
   constructor(
     host: HTMLElement,
@@ -84,7 +88,19 @@ export class FineMetricsView {
     host.append(this.root);
     this.tooltip = new Tooltip(this.root);
     this.unsubscribe = store.subscribe(() => this.render());
+    // the bars take their width when drawn: draw again when it changes (a split, a
+    // resized panel or window), once per frame however many changes come
+    this.frame = new FrameScheduler(() => this.render());
+    if (typeof ResizeObserver === 'function' && options.width === undefined) {
+      this.observer = new ResizeObserver(() => this.resize());
+      this.observer.observe(this.root);
+    }
     this.render();
+  }
+
+  /** The host changed size: draw again if the width differs from the last drawing's. */
+  resize(): void {
+    if (this.root.clientWidth !== this.drawnWidth) this.frame.request();
   }
 
   /** Filters set from outside (the model, a linked span tree): no onChange echo. */
@@ -100,6 +116,7 @@ export class FineMetricsView {
   }
 
   render(): void {
+    this.drawnWidth = this.root.clientWidth;
     const f = this.filters;
     const panels = computePanels(this.store.metrics, this.store.spans.records, f);
     this.panels = panels;
@@ -157,6 +174,8 @@ export class FineMetricsView {
   }
 
   destroy(): void {
+    this.frame.cancel();
+    this.observer?.disconnect();
     this.unsubscribe();
     this.root.remove();
   }

@@ -8,7 +8,7 @@
 // frames in the zoomed range (a search per row: frames of one depth are laid out
 // left to right), skips frames thinner than half a pixel and fills frame colour by
 // frame colour, so ten thousand frames draw in a few milliseconds.
-import { FrameScheduler, lowerBound, onThemeChange, sizeCanvas, themeColor } from './canvas';
+import { fitWidth, FrameScheduler, lowerBound, onThemeChange, sizeCanvas, themeColor } from './canvas';
 import { FLAME_PALETTE } from './colors';
 import { h, Tooltip } from './dom';
 import { formatPercent, formatSeconds } from './format';
@@ -64,7 +64,7 @@ export class FlameGraphView {
   private unsubscribe: () => void;
   private focusPath: string[] = [];
   private prefixKey = '';
-  private resize: ResizeObserver | null = null;
+  private observer: ResizeObserver | null = null;
 
   constructor(
     host: HTMLElement,
@@ -108,17 +108,17 @@ export class FlameGraphView {
       unsubscribe();
     };
     if (typeof ResizeObserver === 'function' && options.width === undefined) {
-      this.resize = new ResizeObserver(() => {
+      this.observer = new ResizeObserver(() => {
         this.frame.request();
         this.timeline.draw();
       });
-      this.resize.observe(this.root);
+      this.observer.observe(this.root);
     }
     this.changed();
   }
 
   get width(): number {
-    return this.options.width ?? Math.max(this.root.clientWidth || 0, 400);
+    return this.options.width ?? fitWidth(this.root);
   }
 
   get rows(): number {
@@ -346,9 +346,15 @@ export class FlameGraphView {
     );
   }
 
+  /** The host changed size: draw again at the new width. */
+  resize(): void {
+    this.frame.request();
+    this.timeline.draw();
+  }
+
   destroy(): void {
     this.frame.cancel();
-    this.resize?.disconnect();
+    this.observer?.disconnect();
     this.timeline.destroy();
     this.unsubscribe();
     this.root.remove();

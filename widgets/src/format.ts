@@ -21,8 +21,11 @@ export function formatSeconds(s: number): string {
   return `${(s * 1e6).toFixed(0)} µs`;
 }
 
+/** Binary units, as IEC writes them (KiB, not kiB). */
+export const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
 export function formatBytes(b: number): string {
-  const units = ['B', 'kiB', 'MiB', 'GiB', 'TiB'];
+  const units = BYTE_UNITS;
   let v = b;
   let i = 0;
   while (Math.abs(v) >= 1024 && i < units.length - 1) {
@@ -34,4 +37,27 @@ export function formatBytes(b: number): string {
 
 export function formatPercent(share: number): string {
   return `${(share * 100).toFixed(share < 0.1 ? 1 : 0)}%`;
+}
+
+/** Axis ticks for bytes from 0 to at least ``max``: round numbers of one binary unit
+ * (0, 100, 200 MiB, not 477, 954 MiB), the last at or above ``max`` so the top of
+ * the data has a label. Labels keep the step's precision and no more. */
+export function byteTicks(max: number, count = 4): { values: number[]; labels: string[]; top: number } {
+  const top = Math.max(max, 1);
+  let k = 0;
+  while (top / 1024 ** k >= 1024 && k < BYTE_UNITS.length - 1) k++;
+  const unit = 1024 ** k;
+  const scaled = top / unit;
+  const rough = scaled / Math.max(count, 1);
+  const power = 10 ** Math.floor(Math.log10(rough));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((s) => s >= rough) ?? 10 * power;
+  const n = Math.ceil(scaled / step - 1e-9);
+  const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9) + (step / power === 2.5 ? 1 : 0));
+  const values: number[] = [];
+  const labels: string[] = [];
+  for (let i = 0; i <= n; i++) {
+    values.push(i * step * unit);
+    labels.push(i === 0 ? '0' : `${Number((i * step).toFixed(decimals))} ${BYTE_UNITS[k]}`);
+  }
+  return { values, labels, top: n * step * unit };
 }

@@ -2,9 +2,8 @@
 // over time and bandwidth over time in the report, the profiler plots' resource
 // and cache lines. Hovering shows every series' value at the nearest time, or only
 // the line nearest the pointer (``nearest``), which names it.
-import { tickStep } from 'd3-array';
 import { scaleLinear } from 'd3-scale';
-import { formatOffset } from './canvas';
+import { formatOffset, timeTicks } from './canvas';
 import type { Tooltip } from './dom';
 
 export interface Series {
@@ -31,9 +30,19 @@ export interface LineChartOptions {
   step?: boolean;
   /** Hover names only the series nearest the pointer (for many lines). */
   nearest?: boolean;
+  /** The y axis's ticks for data up to ``max`` (default: d3's, through ``format``):
+   * their values, labels, and the top of the axis. */
+  yTicks?: (max: number) => { values: number[]; labels: string[]; top: number };
+  /** Horizontal lines across the plot (a memory limit), labelled. The axis reaches
+   * those up to ``RULE_REACH`` times the data's top; one far above the data (a 23 GiB
+   * limit over 60 MiB used) would flatten it, so it is only named, with an arrow. */
+  rules?: { value: number; label: string; color: string }[];
 }
 
 let clips = 0;
+
+/** How far above the data a rule may be and still set the axis's top. */
+export const RULE_REACH = 3;
 
 /** The value of a step line at time ``t``: its last point's at or before ``t`` (0
  * before its first). */
@@ -75,20 +84,46 @@ export function lineChart(host: HTMLElement, series: Series[], opts: LineChartOp
   const ys = series.flatMap((s) => s.y);
   const x0 = opts.domain ? opts.domain[0] : Math.min(0, ...xs);
   const x1 = opts.domain ? Math.max(opts.domain[1], x0 + 1e-6) : Math.max(x0 + 1e-3, ...xs);
-  const y1 = Math.max(1, ...ys);
+  const rules = opts.rules ?? [];
+  const ymax = Math.max(0, ...ys);
+  svg.dataset.max = String(ymax);
+  const near = rules.filter((r) => r.value <= RULE_REACH * Math.max(ymax, 1));
+  const far = rules.filter((r) => !near.includes(r));
+  const reach = Math.max(1, ymax, ...near.map((r) => r.value));
+  let yValues: number[];
+  let yLabels: string[];
+  let top: number;
+  if (opts.yTicks) {
+    ({ values: yValues, labels: yLabels, top } = opts.yTicks(reach));
+  } else {
+    const nice = scaleLinear().domain([0, reach]).nice(4);
+    top = nice.domain()[1];
+    yValues = nice.ticks(4);
+    yLabels = yValues.map(opts.format);
+  }
   const x = scaleLinear().domain([x0, x1]).range([left, width - right]);
-  const y = scaleLinear().domain([0, y1 * 1.05]).range([height - bottom, 6]);
-  for (const t of y.ticks(4)) {
+  const y = scaleLinear().domain([0, top]).range([height - bottom, 8]);
+  yValues.forEach((t, i) => {
     svg.append(el('line', { x1: left, x2: width - right, y1: y(t), y2: y(t), class: 'kc-grid' }));
-    const label = el('text', { x: left - 4, y: y(t), dy: '0.35em', 'text-anchor': 'end', class: 'kc-axis' });
-    label.textContent = opts.format(t);
+    const label = el('text', { x: left - 4, y: y(t), dy: '0.35em', 'text-anchor': 'end', class: 'kc-axis kc-y', 'data-value': t });
+    label.textContent = yLabels[i];
+    svg.append(label);
+  });
+  far.forEach((r, i) => {
+    const label = el('text', { x: width - right - 4, y: 10 + 12 * i, 'text-anchor': 'end', class: 'kc-rule-label kc-above', style: `fill:${r.color}` });
+    label.textContent = `↑ ${r.label}`;
+    svg.append(label);
+  });
+  for (const r of near) {
+    svg.append(el('line', { x1: left, x2: width - right, y1: y(r.value), y2: y(r.value), class: 'kc-rule', stroke: r.color, 'data-rule': r.label }));
+    const label = el('text', { x: width - right - 4, y: y(r.value) - 4, 'text-anchor': 'end', class: 'kc-rule-label', style: `fill:${r.color}` });
+    label.textContent = r.label;
     svg.append(label);
   }
   const count = Math.max(2, Math.floor((width - left) / 90));
-  const marks = x.ticks(count);
-  const step = tickStep(x0, x1, count);
+  const { values: marks, step } = timeTicks(x0, x1, count);
   for (const t of marks) {
-    const label = el('text', { x: x(t), y: height - 4, 'text-anchor': 'middle', class: 'kc-axis' });
+    const label = el('text', { x: x(t), y: height - 4, 'text-anchor': 'middle', class: 'kc-axis kc-x' });
     label.textContent = formatOffset(t, step);
     svg.append(label);
   }

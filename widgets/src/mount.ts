@@ -48,6 +48,8 @@ export interface Mounted {
   taskStream?: TaskStreamView;
   flameGraph?: FlameGraphView;
   profilerPlots?: ProfilerPlotsView;
+  /** The host changed size: the views that draw at a width draw again. */
+  resize(): void;
   compare?: CompareView;
   destroy(): void;
 }
@@ -55,6 +57,11 @@ export interface Mounted {
 export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, width?: number): Mounted {
   const cleanups: (() => void)[] = [];
   const out: Mounted = {
+    resize() {
+      out.fineMetrics?.resize();
+      out.taskStream?.resize();
+      out.flameGraph?.resize();
+    },
     destroy() {
       for (const c of cleanups.splice(0)) c();
     },
@@ -71,7 +78,13 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
     host = main;
   }
   if (kind === 'progress') out.progress = new ProgressView(el, store);
-  if (kind === 'task-stream') out.taskStream = new TaskStreamView(el, store, { width });
+  if (kind === 'task-stream') {
+    // the legend's filter: task prefixes and actions hidden, kept in the binding
+    const hidden = () => (Array.isArray(b.get('hidden_prefixes')) ? (b.get('hidden_prefixes') as string[]) : []);
+    const ts = new TaskStreamView(el, store, { width, hidden: hidden(), onFilter: (names) => b.set({ hidden_prefixes: names }) });
+    out.taskStream = ts;
+    cleanups.push(b.onChange(['hidden_prefixes'], () => ts.setHidden(hidden())));
+  }
   if (kind === 'flame-graph') out.flameGraph = new FlameGraphView(el, liveProfileSource(store, b), { width });
   // the local profilers' records, whole, in the `data` trait: the store stays empty
   if (kind === 'profiler-plots') out.profilerPlots = new ProfilerPlotsView(el, b.get('data') as ProfilerPlotsData, { width });

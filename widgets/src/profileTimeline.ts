@@ -2,7 +2,7 @@
 // and a brush (drag across) that chooses the time window the profile covers;
 // double-click clears it.
 import { ticks } from 'd3-array';
-import { capture, FrameScheduler, sizeCanvas, themeColor } from './canvas';
+import { capture, fitWidth, FrameScheduler, sizeCanvas, themeColor } from './canvas';
 import { h } from './dom';
 
 /** A time (seconds since the epoch) as the local clock shows it: 14:03:27. */
@@ -42,7 +42,7 @@ export class ProfileTimeline {
   }
 
   get width(): number {
-    return this.options.width ?? Math.max(this.root.clientWidth || 0, 400);
+    return this.options.width ?? fitWidth(this.root);
   }
 
   get height(): number {

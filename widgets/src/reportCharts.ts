@@ -1,8 +1,8 @@
-// The report's memory and transfer sections (kernel_cluster/diagnostics/report.py
+// The report's memory and transfer sections (kernel_cluster/diagnostics/pages/report.py
 // memory_section and transfers): memory over time, bandwidth over time, and the
 // transfers by pair of workers.
 import { h, Tooltip } from './dom';
-import { formatBytes, formatSeconds } from './format';
+import { byteTicks, formatBytes, formatSeconds } from './format';
 import { lineChart } from './lineChart';
 import { shortWorker } from './taskStreamLayout';
 
@@ -25,7 +25,17 @@ export interface TransferSection {
   window?: [number, number];
 }
 
-export function memoryView(host: HTMLElement, m: MemorySection): HTMLElement {
+export interface MemoryViewOptions {
+  /** A heading (the lab panel's; the report has its section's). */
+  title?: string;
+  /** Chart width and height in pixels (default: the host's width, 160 high). */
+  width?: number;
+  height?: number;
+  /** The workers' memory limit in total, drawn as a line (0 or absent: none). */
+  limit?: number;
+}
+
+export function memoryView(host: HTMLElement, m: MemorySection, opts: MemoryViewOptions = {}): HTMLElement {
   const root = h('div', { class: 'kc-view kc-memory' });
   host.append(root);
   const tooltip = new Tooltip(root);
@@ -37,11 +47,19 @@ export function memoryView(host: HTMLElement, m: MemorySection): HTMLElement {
   ];
   if (m.spilled.some((v) => v > 0)) series.push({ name: 'spilled', color: '#ff8c1a', x, y: m.spilled });
   const peak = Math.max(...m.process);
-  root.append(
-    h('div', { class: 'kc-note', text: `${m.time.length} samples; peak process memory ${formatBytes(peak)}, peak managed ${formatBytes(Math.max(...m.managed))}` }),
-    legend(series),
-  );
-  lineChart(root, series, { format: formatBytes, tooltip, area: true });
+  if (opts.title) root.append(h('div', { class: 'kc-title', text: opts.title }));
+  const limit = opts.limit && opts.limit > 0 ? opts.limit : 0;
+  const facts = `${m.time.length} samples; peak process memory ${formatBytes(peak)}, peak managed ${formatBytes(Math.max(...m.managed))}`;
+  root.append(h('div', { class: 'kc-note', text: limit ? `${facts}; limit ${formatBytes(limit)}` : facts }), legend(series));
+  lineChart(root, series, {
+    format: formatBytes,
+    yTicks: (max) => byteTicks(max),
+    tooltip,
+    area: true,
+    width: opts.width,
+    height: opts.height,
+    rules: limit ? [{ value: limit, label: `limit ${formatBytes(limit)}`, color: '#d1242f' }] : [],
+  });
   return root;
 }
 
@@ -80,6 +98,10 @@ export function transferView(host: HTMLElement, t: TransferSection): HTMLElement
   );
   lineChart(root, [{ name: 'bandwidth', color: '#d62728', x: over.x, y: over.y }], {
     format: (v) => `${formatBytes(v)}/s`,
+    yTicks: (max) => {
+      const t = byteTicks(max);
+      return { ...t, labels: t.labels.map((l) => (l === '0' ? l : `${l}/s`)) };
+    },
     tooltip,
     area: true,
     height: 140,

@@ -28,6 +28,13 @@ export function summarize(states: Record<string, number>): TaskSummary {
   return { done, running, waiting, erred, total: done + running + waiting + erred };
 }
 
+/** Seconds from a span's first submission to its last task's end (or now, while it
+ * runs): the time a user waited, unlike ``duration``, which sums every thread's. */
+export function wallSeconds(span: SpanRecord): number {
+  const from = span.enqueued || span.start;
+  return from && span.stop ? Math.max(0, span.stop - from) : 0;
+}
+
 export function childrenOf(spans: Map<string, SpanRecord>): Map<string | null, string[]> {
   const out = new Map<string | null, string[]>();
   for (const [id, s] of spans) {
@@ -111,23 +118,39 @@ export class SpanTreeView {
     const counts = [`${t.done}/${t.total} tasks`];
     if (t.running) counts.push(`${t.running} running`);
     if (t.erred) counts.push(`${t.erred} erred`);
+    const full = span.name.join(' / ');
     const name = span.name[span.name.length - 1] ?? id;
+    const wall = wallSeconds(span);
     const row = h(
       'div',
       {
         class: `kc-tree-row${this.selected === id ? ' kc-selected' : ''}${span.done ? ' kc-done' : ''}`,
         role: 'treeitem',
         'data-span': id,
-        'data-name': span.name.join(' / '),
+        'data-name': full,
         'aria-selected': String(this.selected === id),
-        style: `padding-left:${depth * 16}px`,
-        title: `${span.name.join(' / ')} — ${formatBytes(span.nbytes)} in memory at most; ${Math.round(fraction * 100)}% done`,
+        'aria-level': String(depth + 1),
       },
-      caret,
-      h('span', { class: 'kc-span-name', text: name }),
-      h('span', { class: 'kc-span-duration', text: formatSeconds(span.duration) }),
+      // only the name is indented: the numbers keep one column at every depth
+      h('span', { class: 'kc-span-label', style: `padding-left:${depth * 14}px` }, caret, h('span', { class: 'kc-span-name', text: name, title: full })),
+      h('span', {
+        class: 'kc-span-wall',
+        text: `wall ${formatSeconds(wall)}`,
+        'data-seconds': String(wall),
+        title: `Wall time: ${formatSeconds(wall)} from the first task's submission to the last task's end${span.done ? '' : ' (so far)'}`,
+      }),
+      h('span', {
+        class: 'kc-span-task',
+        text: `tasks ${formatSeconds(span.duration)}`,
+        'data-seconds': String(span.duration),
+        title: `Task time: ${formatSeconds(span.duration)} of thread time in this span's tasks (computing, transfers, disk), summed over every thread, so more than the wall time when tasks ran in parallel`,
+      }),
       bar,
-      h('span', { class: 'kc-span-counts', text: counts.join(' · ') }),
+      h('span', {
+        class: 'kc-span-counts',
+        text: counts.join(' · '),
+        title: `${full}: ${counts.join(', ')}; ${formatBytes(span.nbytes)} in memory at most; ${Math.round(fraction * 100)}% done`,
+      }),
     );
     row.addEventListener('click', () => {
       const next = this.selected === id ? '' : id;

@@ -8,9 +8,8 @@
 // double-click (or "Fit") shows everything and follows new tasks again; hovering
 // names the task. What is in view and where (the layout) is computed in
 // taskStreamLayout.ts; this module draws it and handles events.
-import { ticks, tickStep } from 'd3-array';
-import { ACTION_COLORS } from './colors';
-import { capture, FrameScheduler, formatOffset, onThemeChange, sizeCanvas, themeColor } from './canvas';
+import { ACTION_COLORS, ACTIONS } from './colors';
+import { capture, fitWidth, formatOffset, FrameScheduler, onThemeChange, sizeCanvas, themeColor, timeTicks } from './canvas';
 import { h, Tooltip } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import type { Store } from './store';
@@ -38,6 +37,10 @@ export interface TaskStreamOptions {
   actions?: boolean;
   /** Called after each frame with the time window drawn: other plots follow it. */
   onDraw?: (domain: [number, number] | null, width: number) => void;
+  /** Task prefixes and actions hidden at first (the legend's filter). */
+  hidden?: string[];
+  /** Called with what the legend hides now, to keep it (a panel, a widget's model). */
+  onFilter?: (hidden: string[]) => void;
 }
 
 export class TaskStreamView {
@@ -51,6 +54,8 @@ export class TaskStreamView {
   order: number[] = [];
   last: Batches | null = null;
   lastDrawMs = 0;
+  /** Task prefixes and actions the legend hides. */
+  hidden: Set<string>;
   private tooltip: Tooltip;
   private legend: HTMLDivElement;
   private info: HTMLSpanElement;
@@ -59,7 +64,7 @@ export class TaskStreamView {
   private drag: { x: number; domain: [number, number] } | null = null;
   private legendKey = '';
   private scratch = layout.newScratch();
-  private resize: ResizeObserver | null = null;
+  private observer: ResizeObserver | null = null;
   private image: ImageData | null = null;
 
   constructor(
@@ -67,6 +72,7 @@ export class TaskStreamView {
     private store: Store,
     private options: TaskStreamOptions = {},
   ) {
+    this.hidden = new Set(options.hidden ?? []);
     this.canvas = h('canvas', { class: 'kc-canvas', role: 'img', 'aria-label': 'task stream' });
     this.legend = h('div', { class: 'kc-legend' });
     this.info = h('span', { class: 'kc-note' });
@@ -77,7 +83,7 @@ export class TaskStreamView {
       'div',
       { class: 'kc-view kc-task-stream' },
       h('div', { class: 'kc-title' }, `${options.title ?? 'Task stream'} `, this.info),
-      h('div', { class: 'kc-controls' }, fit, h('span', { class: 'kc-note', text: 'wheel: zoom · drag: pan · double-click: fit' })),
+      h('div', { class: 'kc-controls' }, fit, h('span', { class: 'kc-note', text: 'wheel: zoom · drag: pan · double-click: fit · legend: click hides, shift-click shows only that' })),
       this.legend,
       plot,
     );
@@ -92,8 +98,8 @@ export class TaskStreamView {
       unsubscribe();
     };
     if (typeof ResizeObserver === 'function' && options.width === undefined) {
-      this.resize = new ResizeObserver(() => this.frame.request());
-      this.resize.observe(this.root);
+      this.observer = new ResizeObserver(() => this.frame.request());
+      this.observer.observe(this.root);
     }
     this.changed();
   }
@@ -103,7 +109,7 @@ export class TaskStreamView {
   }
 
   get width(): number {
-    return this.options.width ?? Math.max(this.root.clientWidth || 0, 400);
+    return this.options.width ?? fitWidth(this.root);
   }
 
   get height(): number {
@@ -154,7 +160,13 @@ export class TaskStreamView {
 
   /** The plot as the layout sees it: its size without gutter and axis. */
   private viewport(): Viewport {
-    return { domain: this.domain, width: this.plotWidth(), height: this.height - AXIS, order: this.order };
+    return {
+      domain: this.domain,
+      width: this.plotWidth(),
+      height: this.height - AXIS,
+      order: this.order,
+      hidden: layout.hiddenMask(this.table, this.hidden, ACTIONS),
+    };
   }
 
   timeAt(px: number): number {
@@ -224,8 +236,8 @@ export class TaskStreamView {
     const origin = this.options.origin ?? (Number.isFinite(t.minStart) ? t.minStart : a);
     const w = this.plotWidth();
     const count = Math.max(2, Math.floor(w / 90));
-    const marks = ticks(a - origin, b - origin, count);
-    const step = tickStep(a - origin, b - origin, count);
+    const { values: marks, step } = timeTicks(a - origin, b - origin, count);
+    this.canvas.dataset.ticks = JSON.stringify(marks.map((m) => +m.toFixed(6)));
     ctx.fillStyle = border;
     ctx.fillRect(GUTTER, plotH, w, 1);
     ctx.fillStyle = fg;
@@ -334,22 +346,64 @@ export class TaskStreamView {
     c.addEventListener('dblclick', () => this.fit());
   }
 
+  /** Hide or show ``name`` (a prefix or an action); ``solo``: show it alone, or
+   * everything again if it is alone already. */
+  toggle(name: string, solo = false): void {
+    const all = [...this.table.prefixes, ...(this.options.actions !== false ? Object.keys(ACTION_COLORS) : [])];
+    if (solo) {
+      const alone = !this.hidden.has(name) && all.every((n) => n === name || this.hidden.has(n));
+      this.hidden = new Set(alone ? [] : all.filter((n) => n !== name));
+    } else if (this.hidden.has(name)) this.hidden.delete(name);
+    else this.hidden.add(name);
+    this.legendKey = '';
+    this.updateLegend();
+    this.options.onFilter?.([...this.hidden].sort());
+    this.frame.request();
+  }
+
+  /** Hidden names set from outside (a model): no onFilter echo. */
+  setHidden(names: string[]): void {
+    this.hidden = new Set(names);
+    this.legendKey = '';
+    this.updateLegend();
+    this.frame.request();
+  }
+
   private updateLegend(): void {
     const prefixes = [...this.table.prefixes].sort();
     const key = prefixes.join('\u0000');
     if (key === this.legendKey) return;
     this.legendKey = key;
-    const item = (label: string, color: string) =>
-      h('span', { class: 'kc-legend-item kc-static', 'data-label': label }, h('span', { class: 'kc-swatch', style: `background:${color}` }), label);
-    const items = prefixes.slice(0, 40).map((p) => item(p, this.table.prefixColors.color(p)));
+    const item = (label: string, color: string) => {
+      const off = this.hidden.has(label);
+      const b = h(
+        'button',
+        {
+          class: `kc-legend-item${off ? ' kc-off' : ''}`,
+          'data-label': label,
+          'aria-pressed': String(!off),
+          title: `${off ? 'show' : 'hide'} ${label} (shift-click: show only ${label})`,
+        },
+        h('span', { class: 'kc-swatch', style: `background:${color}` }),
+        label,
+      );
+      b.addEventListener('click', (e) => this.toggle(label, e.shiftKey));
+      return b;
+    };
+    const items: HTMLElement[] = prefixes.slice(0, 40).map((p) => item(p, this.table.prefixColors.color(p)));
     if (prefixes.length > 40) items.push(h('span', { class: 'kc-note', text: `+${prefixes.length - 40} more` }));
     if (this.options.actions !== false) for (const [action, color] of Object.entries(ACTION_COLORS)) items.push(item(action, color));
     this.legend.replaceChildren(...items);
   }
 
+  /** The host changed size: draw again at the new width. */
+  resize(): void {
+    this.frame.request();
+  }
+
   destroy(): void {
     this.frame.cancel();
-    this.resize?.disconnect();
+    this.observer?.disconnect();
     this.unsubscribe();
     this.root.remove();
   }

@@ -31,6 +31,36 @@ export interface Viewport {
   width: number;
   height: number;
   order: number[];
+  /** What the legend hides, if anything (see ``hiddenMask``). */
+  hidden?: Hidden | null;
+}
+
+/** Rectangles left out: by their task's prefix (its index in the table's strings)
+ * and by action (transfers, disk, deserialize; 0, compute, follows the prefix). */
+export interface Hidden {
+  prefix: Uint8Array;
+  action: Uint8Array;
+}
+
+/** The mask of ``hidden`` names (task prefixes or action names) over ``t``'s strings,
+ * or null when nothing is hidden. */
+export function hiddenMask(t: TaskTable, hidden: ReadonlySet<string>, actions: readonly string[]): Hidden | null {
+  if (!hidden.size) return null;
+  const prefix = new Uint8Array(t.strings.length);
+  t.strings.forEach((s, i) => {
+    if (hidden.has(s)) prefix[i] = 1;
+  });
+  const action = new Uint8Array(actions.length);
+  actions.forEach((a, i) => {
+    if (i > 0 && hidden.has(a)) action[i] = 1;
+  });
+  return { prefix, action };
+}
+
+function isHidden(t: TaskTable, hidden: Hidden | null | undefined, i: number): boolean {
+  if (!hidden) return false;
+  if (hidden.action[t.rectAction.data[i]]) return true;
+  return hidden.prefix[t.taskPrefix.data[t.rectTask.data[i] - t.firstTask]] === 1;
 }
 
 /** Buffers kept from frame to frame, so that drawing does not allocate. */
@@ -113,6 +143,7 @@ export function collect(t: TaskTable, view: Viewport, ratio: number, scratch: Sc
   const slots = t.rectSlot.data;
   const base = t.rectBase;
   const key = (r: number) => starts[r - base];
+  const hidden = view.hidden;
   for (let pos = 0; pos < order.length; pos++) {
     const r = order[pos];
     const col = t.byRow[r];
@@ -125,6 +156,7 @@ export function collect(t: TaskTable, view: Viewport, ratio: number, scratch: Sc
       if (s0 > b) break;
       const s1 = stops[i];
       if (s1 < a) continue;
+      if (hidden && isHidden(t, hidden, i)) continue;
       out.visited++;
       const x0 = (s0 - a) * scale;
       const x1 = (s1 - a) * scale;
@@ -171,7 +203,7 @@ export function hit(t: TaskTable, view: Viewport, x: number, y: number): number 
     const rect = col.data[k];
     const s0 = t.start(rect);
     if (s0 < time - t.maxDuration[r] - slack) break;
-    if (t.stop(rect) >= time - slack) {
+    if (t.stop(rect) >= time - slack && !isHidden(t, view.hidden, rect - t.rectBase)) {
       if (best === null || t.start(rect) > t.start(best)) best = rect;
       if (s0 <= time) break;
     }

@@ -99,7 +99,7 @@ describe('report', () => {
     expect(root.querySelector('#task-stream .kc-title')?.textContent).toContain('50 tasks');
     expect(root.querySelector('#profile .kc-title')?.textContent).toContain('10 samples');
     expect(root.querySelectorAll('#memory path[data-series]').length).toBe(2); // no spilled: no line
-    expect(root.querySelector('#bandwidth .kc-note')?.textContent).toContain('3 transfers, 2.9 kiB');
+    expect(root.querySelector('#bandwidth .kc-note')?.textContent).toContain('3 transfers, 2.9 KiB');
     const pairs = [...root.querySelectorAll('#bandwidth tr[data-pair]')].map((r) => r.getAttribute('data-pair'));
     expect(pairs).toEqual(['a>b', 'b>a']);
     (root.querySelector('[data-span="C"]') as HTMLElement).click();

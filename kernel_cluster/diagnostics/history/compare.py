@@ -34,6 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from ...core.span_folding import IDLE
 from ..queries.fine_metrics import check_unit
 from ..snapshots import Metrics, SpanInfo
 from ..source import DiagnosticsSource
@@ -117,7 +118,9 @@ def _keyed(metrics: Metrics) -> dict[Key, float]:
     for key, value in metrics.items():
         if len(key) != 4 or key[0] != "execute":
             continue
-        f = None if key[1] is None else _label(key[1])
+        # the span's unused thread time (Dask's "N/A", "idle or other spans") is no
+        # function's: function None, as compare ranks it
+        f = None if key[1] is None or key[:3] == IDLE[:3] else _label(key[1])
         k = (f, _label(key[2]), _label(key[3]))
         out[k] = out.get(k, 0.0) + float(value)
     return out

@@ -473,6 +473,7 @@ class ViewsPlugin(SchedulerPlugin):
                 "pid": int(ws.pid) if ws.pid else None,
                 "host": ws.host,
                 "last_seen": float(ws.last_seen) if ws.last_seen else None,
+                "load": dict(ws.metrics or {}),  # its last heartbeat: the worker table's
             }
         return {
             "workers": workers,

@@ -184,6 +184,7 @@ class DaskSource:
         self._clock_lock = threading.Lock()
         self._installed = False
         self._kind: SourceKind | None = None
+        self._dashboard: str | None = None  # "" once known to have none
         self._hello: dict[str, float] | None = None
         if not self._on_client_loop():  # else on the first read from another thread
             self._settings()
@@ -367,7 +368,20 @@ class DaskSource:
             workers={a: _worker(a, w) for a, w in raw["workers"].items()},
             total_nthreads=int(raw["total_nthreads"]),
             tasks=int(raw["tasks"]),
+            engine="dask",
+            scheduler_address=self.address,
+            dashboard_link=self._dashboard_link(),
         )
+
+    def _dashboard_link(self) -> str | None:
+        """Dask's dashboard, if the scheduler serves one (it needs bokeh)."""
+        if self._dashboard is None:
+            try:
+                link = self.client.dashboard_link
+            except Exception:  # no dashboard service, or the client is closing
+                link = None
+            self._dashboard = link or ""
+        return self._dashboard or None
 
     def memory(self) -> MemorySnapshot:
         reply = cast(tuple[int, ...], self._read("memory"))
@@ -457,6 +471,10 @@ def _span(s: Mapping[str, Any]) -> SpanInfo:
 
 
 def _worker(address: str, w: Mapping[str, Any]) -> WorkerInfo:
+    # the worker table's counts, from the worker's last heartbeat metrics
+    load = w.get("load") or {}
+    counts = load.get("task_counts") or {}
+    cpu = load.get("cpu")
     return WorkerInfo(
         address=address,
         name=w["name"],
@@ -469,6 +487,11 @@ def _worker(address: str, w: Mapping[str, Any]) -> WorkerInfo:
         memory_bytes=int(w["memory"]),
         pid=w["pid"],
         last_seen=w["last_seen"],
+        executing=int(counts.get("executing", 0)),
+        ready=int(counts.get("ready", 0)) + int(counts.get("constrained", 0)),
+        managed_bytes=int(load.get("managed_bytes") or 0),
+        spilled_bytes=int((load.get("spilled_bytes") or {}).get("disk") or 0),
+        cpu_percent=float(cpu) if isinstance(cpu, int | float) else None,
     )
 
 

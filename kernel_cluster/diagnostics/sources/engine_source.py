@@ -8,11 +8,15 @@ an engine object.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from ...core.span_summary import summarize
+import psutil
+
+from ...core.span_summary import SpanCapture, capture, summarize_capture
 from ...core.span_totals import SubtreeTotals, subtree_totals
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
@@ -41,6 +45,7 @@ class EngineSource:
 
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
+        self._cpu = _ProcessCpu()
 
     @property
     def kind(self) -> SourceKind:
@@ -73,8 +78,10 @@ class EngineSource:
 
     def finished_spans(self, cursor: int = 0) -> FinishedSpans:
         """Three short calls on the loop: which spans finished (the tree's log), a
-        heartbeat from every worker if any did (their last tasks' metrics), and their
-        snapshots. Nothing is read when nothing finished."""
+        heartbeat from every worker if any did (their last tasks' metrics), and copies
+        of their numbers (``span_summary.capture``); the sums and snapshots are made
+        here, on the caller's thread (the recorder's), off the loop. Nothing is read
+        when nothing finished."""
         loop = self.cluster.loop_thread
         scheduler = self.cluster.scheduler
         finished = loop.run(scheduler.spans.finished_since, cursor)
@@ -82,12 +89,13 @@ class EngineSource:
             return FinishedSpans((), finished.cursor, finished.missed)
         loop.run(scheduler.refresh_metrics)
 
-        def read() -> tuple[FinishedSpan, ...]:
-            workers = len(scheduler.state.workers)
-            threads = scheduler.state.total_nthreads
-            return tuple(snapshot_finished(s, workers, threads) for s in finished.spans)
+        def read() -> tuple[list[_Captured], int, int]:
+            state = scheduler.state
+            return [_capture(s) for s in finished.spans], len(state.workers), state.total_nthreads
 
-        return FinishedSpans(loop.run(read), finished.cursor, finished.missed)
+        captured, workers, threads = loop.run(read)
+        spans = tuple(_finished_span(c, workers, threads) for c in captured)
+        return FinishedSpans(spans, finished.cursor, finished.missed)
 
     def span_metrics(self, selector: str | tuple[str, ...]) -> tuple[Metrics, str]:
         loop = self.cluster.loop_thread
@@ -120,12 +128,16 @@ class EngineSource:
         )
 
     def info(self) -> ClusterInfo:
-        """Workers and thread counts (from ``Client.scheduler_info``'s dict)."""
+        """Workers and thread counts (from ``Client.scheduler_info``'s dict), with
+        each worker process's CPU use since the last call."""
         raw = self.cluster.loop_thread.run(self.cluster.scheduler.scheduler_info)
+        cpu = self._cpu.read([w.get("pid") for w in raw["workers"].values()])
         return ClusterInfo(
-            workers={a: _worker_info(a, w) for a, w in raw["workers"].items()},
+            workers={a: _worker_info(a, w, cpu) for a, w in raw["workers"].items()},
             total_nthreads=int(raw["total_nthreads"]),
             tasks=int(raw.get("tasks", 0)),
+            engine="kernel-cluster",
+            scheduler_address=self.cluster.scheduler_address or None,
         )
 
     def memory(self) -> MemorySnapshot:
@@ -257,19 +269,67 @@ def snapshot_span(span: Span, totals: SubtreeTotals | None = None) -> SpanInfo:
     )
 
 
-def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
-    """A finished span with its tasks and result bytes per task prefix (on the loop:
-    one pass over its subtree, ``summarize``, as the recorder reads every span)."""
-    s = summarize(span)
+class _Captured(NamedTuple):
+    """A finished span's fields as copied on the loop (``_capture``)."""
+
+    id: str
+    name: tuple[str, ...]
+    parent: str | None
+    children: tuple[str, ...]
+    enqueued: float
+    code: tuple[Any, ...]
+    root: str
+    numbers: SpanCapture
+
+
+_CODE_MAX = 1024
+_codes: dict[tuple[Any, ...], tuple[tuple[tuple[Any, ...], ...], ...]] = {}
+
+
+def _plain_code(code: tuple[Any, ...]) -> tuple[tuple[tuple[Any, ...], ...], ...]:
+    """``code``'s stacks and frames as tuples, made once per distinct ``code``: spans
+    made in a loop share it, and remaking it was a tenth of a finished span's cost.
+    Bounded; shared by threads (a dict's get and set are atomic)."""
+    try:
+        plain = _codes.get(code)
+    except TypeError:  # a frame as a list (unhashable)
+        plain = None
+        cacheable = False
+    else:
+        cacheable = True
+    if plain is None:
+        plain = tuple(tuple(tuple(frame) for frame in stack) for stack in code)
+        if cacheable:
+            if len(_codes) >= _CODE_MAX:
+                _codes.clear()
+            _codes[code] = plain
+    return plain
+
+
+def _capture(span: Span) -> _Captured:
     root = span
     while root.parent is not None:
         root = root.parent
+    return _Captured(
+        span.id,
+        tuple(span.name),
+        span.parent.id if span.parent is not None else None,
+        tuple(c.id for c in span.children),
+        span.enqueued,
+        tuple(span.code),  # its stacks are tuples; the list grows
+        root.id,
+        capture(span),
+    )
+
+
+def _finished_span(c: _Captured, workers: int, threads: int) -> FinishedSpan:
+    s = summarize_capture(c.numbers)
     info = SpanInfo(
-        id=span.id,
-        name=tuple(span.name),
-        parent=span.parent.id if span.parent is not None else None,
-        children=tuple(c.id for c in span.children),
-        enqueued=span.enqueued,
+        id=c.id,
+        name=c.name,
+        parent=c.parent,
+        children=c.children,
+        enqueued=c.enqueued,
         start=s.start,
         stop=s.stop,
         duration=sum(s.all_durations.values()),
@@ -278,12 +338,42 @@ def snapshot_finished(span: Span, workers: int, threads: int) -> FinishedSpan:
         done=s.done,
         active_cpu_seconds=s.active_cpu_seconds,
         metrics=s.metrics,
-        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
+        code=_plain_code(c.code),
     )
-    return FinishedSpan(info, root.id, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
+    return FinishedSpan(info, c.root, s.tasks_by_prefix, s.nbytes_by_prefix, workers, threads)
 
 
-def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
+class _ProcessCpu:
+    """CPU percent of processes by pid, each since the previous reading (psutil's
+    way: the first reading of a process is 0). Embedded workers report the kernel's
+    pid, or none: they share this process."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+        self._lock = threading.Lock()
+
+    def read(self, pids: list[Any]) -> dict[int, float]:
+        wanted = {int(p) if p else os.getpid() for p in pids}
+        out: dict[int, float] = {}
+        with self._lock:
+            for pid in list(self._procs):
+                if pid not in wanted:
+                    del self._procs[pid]
+            for pid in wanted:
+                try:
+                    proc = self._procs.get(pid)
+                    if proc is None:
+                        proc = self._procs[pid] = psutil.Process(pid)
+                    out[pid] = proc.cpu_percent(None)
+                except (psutil.Error, OSError):
+                    self._procs.pop(pid, None)
+        return out
+
+
+def _worker_info(
+    address: str, w: Mapping[str, Any], cpu: Mapping[int, float] | None = None
+) -> WorkerInfo:
+    pid = w.get("pid")
     return WorkerInfo(
         address=address,
         name=w.get("name"),
@@ -294,8 +384,13 @@ def _worker_info(address: str, w: Mapping[str, Any]) -> WorkerInfo:
         nbytes=int(w.get("nbytes", 0)),
         keys=int(w.get("keys", 0)),
         memory_bytes=int(w.get("memory") or 0),
-        pid=w.get("pid"),
+        pid=pid,
         last_seen=w.get("last_seen"),
+        executing=int(w["executing"]) if "executing" in w else None,
+        ready=int(w.get("ready", 0)),
+        managed_bytes=int(w["managed"]) if "managed" in w else None,
+        spilled_bytes=int(w.get("spilled", 0)),
+        cpu_percent=(cpu or {}).get(int(pid) if pid else os.getpid()),
     )
 
 
