@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -227,3 +229,23 @@ def new_event(cluster: KernelCluster, tmp_path: Path) -> Iterator[Callable[[], F
     yield make
     for event in events:
         event.set()
+
+
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own Ctrl-C handler, with SIGINT unblocked, for a test that sends one.
+
+    Whole-suite runs (never a file alone) saw Ctrl-C tests get no KeyboardInterrupt:
+    an earlier test left SIGINT handled or blocked otherwise. The warning names what
+    was left, so that its source can be found."""
+    before = signal.getsignal(signal.SIGINT)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if before is not signal.default_int_handler or signal.SIGINT in mask:
+        warnings.warn(
+            f"an earlier test left SIGINT's handler {before!r}, blocked: {signal.SIGINT in mask}",
+            stacklevel=1,
+        )
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)

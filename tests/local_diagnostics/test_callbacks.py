@@ -193,7 +193,9 @@ def interrupt_then_wait(pid, thread, event):
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals")
-def test_a_real_ctrl_c_while_waiting_finishes_the_callbacks(client, processes, new_event):
+def test_a_real_ctrl_c_while_waiting_finishes_the_callbacks(
+    client, processes, new_event, python_sigint
+):
     rec = Recorder()
     event = new_event()
     thread = None if processes else threading.main_thread().ident

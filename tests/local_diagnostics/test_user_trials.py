@@ -141,7 +141,7 @@ def _samplers() -> list[psutil.Process]:
     return out
 
 
-def test_ctrl_c_while_the_resource_profiler_starts_leaves_no_sampler():
+def test_ctrl_c_while_the_resource_profiler_starts_leaves_no_sampler(python_sigint):
     """A Ctrl-C while ``with ResourceProfiler():`` waited for its sampler's first
     sample left the sampler process running for the life of the kernel, and the
     profiler active in that context (the ``with`` block was never entered, so never
