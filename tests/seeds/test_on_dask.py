@@ -41,6 +41,22 @@ def record_into_dask():
 def test_on_a_dask_cluster_context_meter_records_into_dasks_metrics():
     """Attached to a Dask cluster, ``kernel_cluster.context_meter`` in a task that a
     Dask worker runs records into Dask's own metrics (it recorded nothing)."""
+    # In a fresh interpreter: in whole-suite runs (never alone) Dask's metrics got
+    # nothing, as if an earlier test left one of our listeners in the context Dask's
+    # task ran in; that leak is still to be found (see the issue's notes).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "from tests.seeds.test_on_dask import _meter_into_dask as f; f()"
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _meter_into_dask() -> None:
     distributed = pytest.importorskip("distributed")
     with (
         distributed.LocalCluster(
