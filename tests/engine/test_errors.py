@@ -315,10 +315,10 @@ def test_resubmitting_right_after_cancel(client, new_event):
     # before the scheduler has even answered the cancel
     g = client.submit(blocked_until, event, 6, key="at-once")
     with pytest.raises(CancelledError):
-        f.result(timeout=10)
+        f.result(timeout=60)
     assert not g.done()
     event.set()
-    assert g.result(timeout=10) == 6
+    assert g.result(timeout=60) == 6
     assert f.cancelled()
 
 

@@ -368,17 +368,29 @@ def nap(seconds: float) -> float:
     return seconds
 
 
-def test_a_spans_time_on_other_spans_is_idle_or_other_spans(client):
+def hold(started, release) -> int:
+    started.set()
+    assert release.wait(30), "the test never released this task"
+    return 1
+
+
+def test_a_spans_time_on_other_spans_is_idle_or_other_spans(client, new_event):
     """A span's metrics add up to the thread-seconds it had (``active_cpu_seconds``);
     what its tasks did not use is Dask's ("execute", "N/A", "idle or other spans",
     "seconds") line: here the other span's task held a thread meanwhile, so calling it
     "idle" would misread a busy cluster. ``spans().to_pandas()``'s ``metrics_seconds``
     is what the span's own tasks account for, the rest of ``active_cpu_seconds``."""
-    with span("long"):
-        long = client.submit(nap, 0.3)
+    started, release = new_event(), new_event()
+    with span("long"):  # holds a thread for as long as "short" runs, however slow
+        long = client.submit(hold, started, release)
+    assert started.wait(30)
+    # a second a task on the three other threads: the idle gap before them (filed under
+    # "short": the cluster was busy) stays small beside the held thread, however slow
+    # the machine is to hand them over
     with span("short"):
-        assert client.gather(client.map(inc, range(4))) == [1, 2, 3, 4]
-    long.result()
+        assert client.gather(client.map(nap, [1.0] * 3)) == [1.0] * 3
+    release.set()
+    assert long.result(timeout=30) == 1
 
     frame = client.fine_metrics(span="short")
     assert "idle" not in set(frame.activity)
