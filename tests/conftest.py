@@ -16,7 +16,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import cloudpickle
 import pytest
 from hypothesis import settings
 
@@ -60,14 +59,8 @@ def processes(request: pytest.FixtureRequest) -> Iterator[bool]:
     marker = request.node.get_closest_marker("embedded_only")
     if marker is not None:
         pytest.skip(f"embedded only: {marker.args[0] if marker.args else ''}")
-    modules = [helpers, sys.modules[request.module.__name__]]
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
+    with helpers.pickled_by_value(sys.modules[request.module.__name__]):
         yield True
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 class SharedProcessCluster:

@@ -15,17 +15,41 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, TypeVar
 
+import cloudpickle
 import psutil
 
 from kernel_cluster.engine.cluster import KernelCluster
+
+
+@contextlib.contextmanager
+def pickled_by_value(*modules: ModuleType) -> Iterator[None]:
+    """Worker processes need not import ``tests``: while the block runs, functions of
+    ``modules`` and of these helpers (which tests hand to tasks) travel by value.
+    A module registered already (by an outer block) is left to it."""
+    mine = [
+        m
+        for m in dict.fromkeys([sys.modules[__name__], *modules])
+        if m.__name__ not in cloudpickle.list_registry_pickle_by_value()
+    ]
+    for module in mine:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        for module in mine:
+            cloudpickle.unregister_pickle_by_value(module)
+
 
 T = TypeVar("T")
 

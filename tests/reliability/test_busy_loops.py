@@ -29,12 +29,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import cloudpickle
 import pytest
 
 from kernel_cluster import Client, wait
 from kernel_cluster.engine.cluster import KernelCluster
-from tests.engine.helpers import FileEvent, on_loop, wait_for
+from tests.engine.helpers import FileEvent, on_loop, pickled_by_value, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 STALL = 5.0  # seconds: over three death timeouts
@@ -42,15 +41,8 @@ STALL = 5.0  # seconds: over three death timeouts
 
 @pytest.fixture(autouse=True)
 def _by_value() -> Iterator[None]:
-    """Workers need not import ``tests``: this module's functions travel by value."""
-    modules = [sys.modules[__name__], sys.modules[FileEvent.__module__]]
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
+    with pickled_by_value(sys.modules[__name__]):
         yield
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 @pytest.fixture

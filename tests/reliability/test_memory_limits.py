@@ -22,25 +22,20 @@ import threading
 import time
 from collections.abc import Iterator
 
-import cloudpickle
 import numpy as np
 import pytest
 
 from kernel_cluster import Client, KilledWorker
 from kernel_cluster.engine.cluster import KernelCluster
-from tests.engine.helpers import on_loop, wait_for
+from tests.engine.helpers import on_loop, pickled_by_value, wait_for
 
 MiB = 2**20
 
 
 @pytest.fixture(autouse=True)
 def _by_value() -> Iterator[None]:
-    module = sys.modules[__name__]
-    cloudpickle.register_pickle_by_value(module)
-    try:
+    with pickled_by_value(sys.modules[__name__]):
         yield
-    finally:
-        cloudpickle.unregister_pickle_by_value(module)
 
 
 class Unspillable:

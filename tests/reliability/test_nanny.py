@@ -19,28 +19,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import cloudpickle
 import psutil
 import pytest
 
 from kernel_cluster import Client, KilledWorker
 from kernel_cluster.engine.cluster import KernelCluster
-from tests.engine.helpers import FileEvent, on_loop, wait_for
+from tests.engine.helpers import FileEvent, on_loop, pickled_by_value, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
 def _by_value() -> Iterator[None]:
-    """Workers need not import ``tests``: this module's functions travel by value."""
-    modules = [sys.modules[__name__], sys.modules[FileEvent.__module__]]
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
+    with pickled_by_value(sys.modules[__name__]):
         yield
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 def hold_the_gil() -> int:

@@ -19,26 +19,19 @@ import sys
 import time
 from collections.abc import Iterator
 
-import cloudpickle
 import pytest
 
 from kernel_cluster import Client
 from kernel_cluster.engine.cluster import KernelCluster
-from tests.engine.helpers import FileEvent, on_loop, wait_for
+from tests.engine.helpers import on_loop, pickled_by_value, wait_for
 
 STALL = 5.0  # seconds: over three death timeouts
 
 
 @pytest.fixture(autouse=True)
 def _by_value() -> Iterator[None]:
-    modules = [sys.modules[__name__], sys.modules[FileEvent.__module__]]
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
+    with pickled_by_value(sys.modules[__name__]):
         yield
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 def quick_cluster(**settings) -> KernelCluster:
