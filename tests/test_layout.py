@@ -4,6 +4,7 @@ have in their code still work."""
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -86,3 +87,21 @@ def test_importing_kernel_cluster_starts_no_thread():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "1"
+
+
+# README's Layout is how a newcomer finds a module: every module is named there
+def layout_block() -> str:
+    text = (PACKAGE.parent / "README.md").read_text()
+    section = text[text.index("## Layout") :]
+    return section[: section.index("```", section.index("```") + 3)]
+
+
+def test_every_module_is_named_in_readme_layout() -> None:
+    block = layout_block()
+    named = set(re.findall(r"[\w]+\.py", block))
+    missing = sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.name not in {"__init__.py", "__main__.py"} and path.name not in named
+    )
+    assert not missing, f"name these in README's Layout, with what they hold: {missing}"
