@@ -25,10 +25,14 @@ from __future__ import annotations
 import _thread
 import contextvars
 import itertools
+import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 _STOP = object()
 
@@ -248,6 +252,21 @@ class TaskThreadPool:
             self._rejoining.clear()
         for _ in threads:
             self._put(_STOP)
+        deadline = time.monotonic() + timeout  # one bound for all threads, not each
         for t in threads:
             if t is not threading.current_thread():
-                t.join(timeout)
+                t.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in threads if t.is_alive() and t is not threading.current_thread()]
+        if stuck:
+            # Python cannot stop a thread: a task that ignores cancellation runs on
+            logger.warning(
+                "%s: %d task thread(s) still ran a task %.0f s after the close began (%s): "
+                "Python cannot stop a thread, so they go on in the background (daemon "
+                "threads: they end with the process) and their results are dropped. Let "
+                "long tasks check a stop condition, or use worker processes "
+                "(KernelCluster(processes=True)), whose tasks end with their process.",
+                self.name,
+                len(stuck),
+                timeout,
+                ", ".join(stuck),
+            )

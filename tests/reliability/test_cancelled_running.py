@@ -207,3 +207,32 @@ def _zombie(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_closing_past_a_cancelled_task_that_runs_on_says_what_it_leaves(caplog):
+    """Embedded, ``close()`` waited 10 s per thread for a cancelled task that ignores
+    cancellation, then returned saying nothing of the thread it left running."""
+    from kernel_cluster import Client, KernelCluster
+
+    release = threading.Event()
+    started = threading.Event()
+
+    def ignores_cancel() -> int:
+        started.set()
+        release.wait(120)
+        return 1
+
+    cluster = KernelCluster(n_workers=1, threads_per_worker=2)
+    client = Client(cluster, set_as_default=False)
+    try:
+        future = client.submit(ignores_cancel)
+        assert started.wait(30)
+        future.cancel()
+        client.close()
+        with caplog.at_level("WARNING", logger="kernel_cluster.engine.pool"):
+            cluster.close()
+        (record,) = [r for r in caplog.records if "cannot stop a thread" in r.getMessage()]
+        assert "1 task thread(s)" in record.getMessage()
+        assert "processes=True" in record.getMessage()
+    finally:
+        release.set()
