@@ -21,6 +21,15 @@ def sort(i):
     return float(a[0])
 
 
+def spin(i, seconds=0.02):
+    """CPU work of a set length, whatever this machine's speed (a sort of a set size
+    took 3 ms here and 20 ms elsewhere: below and above a rule's threshold)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+    return i
+
+
 def link(seconds, *inputs):
     time.sleep(seconds)
     return 1
@@ -68,7 +77,7 @@ def test_a_long_chain_is_idle_bound(dclient):
 def test_work_held_on_one_worker_is_imbalanced(dclient):
     a = sorted(dclient.scheduler_info()["workers"])[0]
     with span("one worker") as span_id:
-        dclient.gather(dclient.map(sort, range(100, 112), workers=[a]))
+        dclient.gather(dclient.map(spin, range(12), workers=[a]))
     findings = dclient.diagnose(span_id)
     assert "imbalance" in findings.rules, str(findings)
     assert a in findings.found[findings.rules.index("imbalance")].title
