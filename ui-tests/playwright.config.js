@@ -4,6 +4,8 @@ const path = require('path');
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
 const venv = process.env.KC_VENV || path.resolve(__dirname, '..', '.venv');
+// another port when 8888 is taken (a shared machine: several checkouts test at once)
+const port = process.env.KC_LAB_PORT || '8888';
 
 module.exports = {
   ...baseConfig,
@@ -14,6 +16,7 @@ module.exports = {
   outputDir: 'test-results',
   use: {
     ...baseConfig.use,
+    baseURL: `http://localhost:${port}`,
     video: 'off',
     trace: 'retain-on-failure',
     screenshot: 'only-on-failure',
@@ -29,7 +32,7 @@ module.exports = {
   },
   webServer: {
     command: `${path.join(venv, 'bin', 'jupyter')} lab --config jupyter_server_test_config.py`,
-    url: 'http://localhost:8888/lab',
+    url: `http://localhost:${port}/lab`,
     // the notebooks' kernels record no run history in the user's data directory
     // (a test that needs one gives its own file)
     env: { ...process.env, KERNEL_CLUSTER_HISTORY: 'off' },

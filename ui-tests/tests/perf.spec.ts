@@ -1,7 +1,10 @@
 // Frame rates of the canvas views on synthetic data, measured in the page with the
 // browser's performance API: panning a task stream of 100,000 rectangles, and
-// zooming a flame graph of 10,000 frames. The numbers go to the test output and to
-// artifacts/perf.json; the assertions only catch a view that stalls.
+// zooming a flame graph of 10,000 frames. The numbers (frame rates, draw times) go to
+// the test output and to artifacts/perf.json, and are never asserted: they say how
+// fast this machine is, and it is shared. What is asserted is behaviour that holds on
+// a busy machine: each input is drawn on a following frame (frames are not dropped
+// wholesale), and the last input is what ends up drawn.
 import { expect, test, type Page } from '@playwright/test';
 import * as fs from 'fs';
 import * as path from 'path';
@@ -9,6 +12,9 @@ import * as path from 'path';
 const artifacts = path.resolve(__dirname, '..', 'artifacts');
 const staticDir = path.resolve(__dirname, '..', '..', 'kernel_cluster', 'jupyter', 'static');
 const SECONDS = 3;
+// at least this many animation frames per measure, however long they take (a count,
+// not a rate: on a loaded machine the measure just runs longer)
+const MIN_FRAMES = 30;
 
 async function benchPage(page: Page): Promise<void> {
   fs.mkdirSync(artifacts, { recursive: true });
@@ -30,7 +36,7 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   await benchPage(page);
-  const stream = await page.evaluate(async (seconds) => {
+  const stream = await page.evaluate(async ([seconds, minFrames]) => {
     const kc = (window as any).kernelCluster;
     // 100,000 rectangles: 80,000 tasks over 16 worker threads, a fifth with a transfer first
     const nTasks = 80_000;
@@ -73,9 +79,21 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
     const loadMs = performance.now() - loadStart;
     const canvas = view.canvas as HTMLCanvasElement;
     const box = canvas.getBoundingClientRect();
+    // every draw counted, with the domain it drew
+    let drawCount = 0;
+    let drawnDomain: [number, number] | null = null;
+    const draw = view.draw.bind(view);
+    view.draw = () => {
+      drawCount++;
+      drawnDomain = view.domain ? [view.domain[0], view.domain[1]] : null;
+      draw();
+    };
+    const nextFrame = () => new Promise((r) => requestAnimationFrame(r));
     const measure = async (label: string): Promise<any> => {
       // a drag, as a user's: pointer events every animation frame, for `seconds`
       let frames = 0;
+      let moves = 0;
+      const drawsBefore = drawCount;
       const draws: number[] = [];
       const longTasks: number[] = [];
       const observer = new PerformanceObserver((list) => list.getEntries().forEach((e) => longTasks.push(e.duration)));
@@ -94,8 +112,9 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
         const tick = (now: number) => {
           frames++;
           draws.push(view.lastDrawMs);
-          if (now - t0 >= seconds * 1000) return resolve();
+          if (now - t0 >= seconds * 1000 && frames >= minFrames) return resolve();
           x += direction * 7;
+          moves++;
           if (x < box.left + 300 || x > box.left + 1100) direction = -direction;
           canvas.dispatchEvent(new PointerEvent('pointermove', { clientX: x, clientY: y, pointerId: 1, bubbles: true }));
           requestAnimationFrame(tick);
@@ -104,6 +123,12 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
       });
       canvas.dispatchEvent(new PointerEvent('pointerup', { clientX: x, clientY: y, pointerId: 1, bubbles: true }));
       performance.mark(`${label}-end`);
+      // the last move is drawn within a few frames (a count of frames, not a time)
+      let settle = 0;
+      while (settle < 10 && !(drawnDomain && view.domain && drawnDomain[0] === view.domain[0] && drawnDomain[1] === view.domain[1])) {
+        await nextFrame();
+        settle++;
+      }
       const elapsed = performance.measure(label, `${label}-start`, `${label}-end`).duration;
       observer.disconnect();
       draws.sort((a, b) => a - b);
@@ -115,6 +140,10 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
         long_tasks: longTasks.length,
         visible_rects: view.last.visited,
         drawn_rects: view.last.drawn,
+        moves,
+        moves_drawn: drawCount - drawsBefore,
+        frames_to_draw_last_move: settle,
+        last_move_drawn: !!(drawnDomain && view.domain && drawnDomain[0] === view.domain[0] && drawnDomain[1] === view.domain[1]),
       };
     };
     const all = await measure('pan-zoomed-out'); // every rectangle in view, then panned by up to a third
@@ -122,10 +151,10 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
     view.setDomain(a + (b - a) * 0.45, a + (b - a) * 0.47); // zoomed in: rectangles drawn one by one
     const zoomed = await measure('pan-zoomed');
     return { rectangles: store.tasks.nrects, tasks: store.tasks.ntasks, load_ms: Math.round(loadMs), zoomed_out: all, zoomed_in: zoomed };
-  }, SECONDS);
+  }, [SECONDS, MIN_FRAMES] as const);
 
   await page.evaluate(() => document.getElementById('host')?.replaceChildren());
-  const flame = await page.evaluate(async (seconds) => {
+  const flame = await page.evaluate(async ([seconds, minFrames]) => {
     const kc = (window as any).kernelCluster;
     // 10,000 frames built breadth first with uneven shares, four to eight children each
     let seed = 12345;
@@ -174,6 +203,14 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
     const source = kc.staticProfileSource({ trees: { '': tree }, timeline: { counts: [[1, 10]], keys: {} }, interval: 0.01 });
     const view = new kc.FlameGraphView(host, source, { width: 1200, animate: 250 });
     view.draw();
+    let drawCount = 0;
+    let drawnDomain: [number, number] = [0, 1];
+    const draw = view.draw.bind(view);
+    view.draw = () => {
+      drawCount++;
+      drawnDomain = [view.domain[0], view.domain[1]];
+      draw();
+    };
     // zoom in and out, a frame chosen at each depth in turn, animated: a zoom every 300 ms
     const targets = [1, 2, 3, 4, 5].map((d) => tree.byDepth[d][Math.floor(tree.byDepth[d].length / 3)]);
     let frames = 0;
@@ -195,7 +232,7 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
         frames++;
         draws.push(view.lastDrawMs);
         drawnMax = Math.max(drawnMax, view.drawn);
-        if (now - t0 >= seconds * 1000) return resolve();
+        if (now - t0 >= seconds * 1000 && frames >= minFrames && k >= 2) return resolve();
         if (now >= next) {
           view.zoomTo(k % 2 === 0 ? targets[(k / 2) % targets.length] : 0);
           k++;
@@ -207,6 +244,16 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
     });
     performance.mark('flame-end');
     const elapsed = performance.measure('flame-zoom', 'flame-start', 'flame-end').duration;
+    const drawsInLoop = drawCount;
+    // the last zoom's animation ends where it was aimed, and that is drawn: a
+    // bounded number of frames, however slow each is
+    const target = view.rangeOf(view.focus) as [number, number];
+    let settle = 0;
+    const landed = () => drawnDomain[0] === target[0] && drawnDomain[1] === target[1];
+    while (settle < 600 && !landed()) {
+      await new Promise((r) => requestAnimationFrame(r));
+      settle++;
+    }
     observer.disconnect();
     draws.sort((a, b) => a - b);
     return {
@@ -218,8 +265,12 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
       draw_ms_p95: Math.round(draws[Math.floor(draws.length * 0.95)] * 100) / 100,
       long_tasks: longTasks.length,
       frames_drawn_max: drawnMax,
+      animation_frames: frames,
+      frames_drawn_in_animation: drawsInLoop,
+      frames_to_land_last_zoom: settle,
+      last_zoom_drawn: landed(),
     };
-  }, SECONDS);
+  }, [SECONDS, MIN_FRAMES] as const);
 
   const result = {
     browser: `${page.context().browser()?.browserType().name()} ${page.context().browser()?.version()}`,
@@ -233,11 +284,13 @@ test('frame rates: task stream pan (100,000 rectangles), flame graph zoom (10,00
   expect(errors).toEqual([]);
   expect(stream.rectangles).toBe(100_000);
   expect(flame.frames_in_profile).toBe(10_000);
-  // interactive even on a shared, GPU-less machine: drawing a frame takes well under
-  // a 20 fps budget, and the measured rate is far from a slideshow (the rate also
-  // depends on what else the machine runs, so its bound is loose)
-  for (const m of [stream.zoomed_out, stream.zoomed_in, flame]) {
-    expect(m.draw_ms_p95).toBeLessThan(50);
-    expect(m.fps).toBeGreaterThan(10);
+  // behaviour, not speed: each pointer move (one per frame) is drawn on a following
+  // frame, bar a few coalesced; the last move and the last zoom are what is drawn
+  for (const m of [stream.zoomed_out, stream.zoomed_in]) {
+    expect(m.moves_drawn).toBeGreaterThanOrEqual(m.moves * 0.5);
+    expect(m.last_move_drawn).toBe(true);
   }
+  expect(flame.frames_in_profile).toBe(10_000);
+  expect(flame.frames_drawn_in_animation).toBeGreaterThanOrEqual(flame.animation_frames * 0.5);
+  expect(flame.last_zoom_drawn).toBe(true);
 });
