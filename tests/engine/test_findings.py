@@ -16,7 +16,9 @@ def inc(x):
 
 
 def sort(i):
-    a = np.random.default_rng(i).random(300_000)
+    # 2M floats: 25 ms or more a sort, so that 16 of them are work enough to tell
+    # balance from a few milliseconds' noise on a fast or busy machine
+    a = np.random.default_rng(i).random(2_000_000)
     a.sort()
     return float(a[0])
 
