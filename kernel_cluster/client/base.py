@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.keys import Key
 from ..core.scheduler_messages import ClientReleasedKeys, SchedulerEvent
+from ..core.task_status import task_status
 from ..diagnostics.sources.engine_source import EngineSource
 from ..engine.cluster import KernelCluster
 from ..engine.execute import unpack_exception
@@ -39,7 +40,7 @@ class ClientBase:
     _dec_ref: Callable[[Key], None]
     _release_keys: Callable[[list[Key]], None]
     _on_done: Callable[[FutureState, Callable[[], None]], None]
-    _wait_for: Callable[[FutureState, Key, float | None], None]
+    _wait_for: Callable[..., None]  # FutureRegistry.wait_for
     _wait_all: Callable[[list[FutureState], bool], None]
 
     def __init__(self, client_id: str, cluster: KernelCluster, code_frames: int) -> None:
@@ -65,6 +66,7 @@ class ClientBase:
         self._release_keys = futures.release_keys
         self._on_done = futures.on_done
         self._wait_for = futures.wait_for
+        futures.describe = self._describe_task
         self._wait_all = futures.wait_all
         self._outbox: list[tuple[int, SchedulerEvent]] = []
         self._flush_pending = False
@@ -121,6 +123,14 @@ class ClientBase:
         the cluster): a graph may read it without defining it."""
         with self._lock:
             return self._futures.refcount.get(key, 0) > 0
+
+    def _describe_task(self, key: Key) -> str:
+        """What the task of ``key`` is doing, read on the engine loop within 2 s (for a
+        timeout's message: it must not fail nor wait long itself)."""
+        try:
+            return self._loop.run(task_status, self._scheduler.state.tasks, key, timeout=2.0)
+        except Exception:  # a closed or stalled engine: the timeout says what it can
+            return "the engine did not say what the task is doing (it did not answer in 2 s)"
 
     def _check_running(self) -> None:
         check_process(self._futures.pid, self.id)

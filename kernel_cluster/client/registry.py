@@ -74,6 +74,8 @@ class FutureRegistry:
         the engine (its callback thread); None: right away."""
         self.lock = lock
         self._defer = defer
+        # what a task is doing, in words, for a wait that timed out (the client sets it)
+        self.describe: Callable[[Key], str] = lambda key: "the task's state is unknown"
         self.states: dict[Key, FutureState] = {}
         self.refcount: dict[Key, int] = {}
         self.releases: list[Key] = []
@@ -199,7 +201,12 @@ class FutureRegistry:
                 return
         run_callback(callback)
 
-    def wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
+    def wait_for(
+        self, state: FutureState, key: Key, timeout: float | None, asked: float | None = None
+    ) -> None:
+        """Until the future of ``key`` is done, or ``timeout`` passed: then a
+        TimeoutError naming the timeout the user gave (``asked``, where ``timeout`` is
+        what is left of it) and what the task is doing."""
         timeout = check_timeout(timeout)
         check_process(self.pid, f"The client of future {key!r}")
         with self.lock:
@@ -210,8 +217,10 @@ class FutureRegistry:
                     state.event = threading.Event()
                 event = state.event
         if event is not None and not _wait(event, timeout):
+            given = timeout if asked is None else asked
             raise TimeoutError(
-                f"Future {key!r} is not done after {timeout} s; the task keeps running."
+                f"Future {key!r} is not done after the timeout of {given:g} s: "
+                f"{self.describe(key)}. The task goes on; wait again, or cancel it."
             )
         if self.hook_runs:
             self.wait_hooks([state])

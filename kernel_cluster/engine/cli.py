@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    secret: bytes | None
     if args.token_stdin:
         secret = secret_from_stdin()
     elif args.token_file:

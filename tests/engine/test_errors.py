@@ -239,7 +239,7 @@ def test_as_completed_timeout(client, new_event):
 def test_result_timeout_leaves_the_task_running(client, cluster, new_event):
     event = new_event()
     f = client.submit(blocked_until, event, 7)
-    with pytest.raises(TimeoutError, match="keeps running"):
+    with pytest.raises(TimeoutError, match="goes on"):
         f.result(timeout=0.1)
     with pytest.raises(TimeoutError):
         f.exception(timeout=0.01)
@@ -247,6 +247,39 @@ def test_result_timeout_leaves_the_task_running(client, cluster, new_event):
     assert on_loop(cluster, lambda: cluster.scheduler.state.tasks[f.key].state) == "processing"
     event.set()
     assert f.result(timeout=10) == 7
+
+
+def _running_on(cluster, key):
+    ts = cluster.scheduler.state.tasks.get(key)
+    return ts.processing_on.address if ts is not None and ts.processing_on else None
+
+
+def test_a_timeout_names_the_timeout_given_and_what_the_task_is_doing(client, cluster, new_event):
+    """A user trial's timeouts said "not done after 1.99 s" for ``wait(fs, timeout=6)``
+    (the time left for the last future, not the timeout given) and "the task keeps
+    running" of tasks that had not started: now the timeout given, and the task's
+    state on the scheduler."""
+    event = new_event()
+    running = client.submit(blocked_until, event, 1)
+    wait_for(lambda: on_loop(cluster, _running_on, cluster, running.key), 30, "it to run")
+    worker = on_loop(cluster, _running_on, cluster, running.key)
+    with pytest.raises(TimeoutError) as info:
+        running.result(timeout=0.2)
+    text = str(info.value)
+    assert "timeout of 0.2 s" in text and "running" in text and worker in text, text
+    waiting = client.submit(inc, running)  # waits for the blocked one
+    with pytest.raises(TimeoutError) as info:
+        wait([running, waiting], timeout=0.3)
+    text = str(info.value)
+    assert "timeout of 0.3 s" in text, text
+    nowhere = client.submit(inc, 1, workers=["tcp://10.0.0.1:1"], pure=False)
+    with pytest.raises(TimeoutError) as info:
+        nowhere.result(timeout=0.2)
+    text = str(info.value)
+    assert "no worker" in text and "tcp://10.0.0.1:1" in text, text
+    event.set()
+    assert waiting.result(timeout=60) == 2
+    nowhere.cancel()
 
 
 # -- cancellation -----------------------------------------------------------------------
