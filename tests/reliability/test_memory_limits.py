@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from kernel_cluster import Client, KilledWorker
+from kernel_cluster import Client, KilledWorker, wait
 from kernel_cluster.engine.cluster import KernelCluster
 from tests.engine.helpers import on_loop, pickled_by_value, wait_for
 
@@ -90,6 +90,49 @@ def test_values_that_cannot_spill_fail_after_bounded_restarts() -> None:
         # the cluster works on, with a worker of its own
         wait_for(lambda: len(cluster.worker_pids()) == 1, 30, "a worker to be back")
         assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+
+
+def unspillable_large(i: int) -> Unspillable:
+    # two of them at once (two threads) pass 95% of 200 MiB before a pause can stop
+    # the second: the nanny ends the worker before it could call itself stuck
+    return Unspillable(80 * MiB)
+
+
+@pytest.mark.timeout(180)
+def test_unpicklable_values_past_a_small_limit_end_and_the_cluster_goes_on() -> None:
+    """Issue 26.2 with the default terminate fraction: the nanny ended the worker
+    before it could call itself stuck, so the scheduler never learnt that its values
+    could not spill, and computed them again for ever. The worker now reports them as
+    they pile up, and its death counts as a restart for each of them."""
+    with (
+        KernelCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            memory_limit="200 MiB",
+            allowed_failures=1,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        # 640 MiB that the task summing them needs at once: it can never run
+        futures = client.map(unspillable_large, range(8))
+        total = client.submit(total_bytes, futures)
+        with pytest.raises(MemoryError) as info:
+            total.result(timeout=150)
+        text = str(info.value)
+        assert "cannot be spilled" in text and "memory_limit" in text, text
+        assert "cannot pickle '_thread.lock'" in text, text
+        # every one ends: failed (those held are at fault; one running when the nanny
+        # struck may be blamed for it), or held on a worker that can hold it
+        wait(futures, timeout=120)
+        failed = [f for f in futures if f.status == "error"]
+        assert failed, [f.status for f in futures]
+        for f in failed:
+            error = f.exception()
+            assert isinstance(error, MemoryError | KilledWorker), error
+            assert "memory_limit" in str(error), error
+        wait_for(lambda: len(cluster.worker_pids()) == 1, 30, "a worker to be back")
+        assert client.submit(sum, [1, 2]).result(timeout=60) == 3
 
 
 def allocate(n: int) -> int:
