@@ -9,6 +9,7 @@ per-key reports back on the loop thread, into its futures (futures.py).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 from abc import abstractmethod
@@ -41,7 +42,7 @@ class ClientBase:
     _release_keys: Callable[[list[Key]], None]
     _on_done: Callable[[FutureState, Callable[[], None]], None]
     _wait_for: Callable[..., None]  # FutureRegistry.wait_for
-    _wait_all: Callable[[list[FutureState], bool], None]
+    _wait_all: Callable[..., None]  # FutureRegistry.wait_all
 
     def __init__(self, client_id: str, cluster: KernelCluster, code_frames: int) -> None:
         if isinstance(code_frames, bool) or not isinstance(code_frames, int) or code_frames < 0:
@@ -132,6 +133,14 @@ class ClientBase:
         except Exception:  # a closed or stalled engine: the timeout says what it can
             return "the engine did not say what the task is doing (it did not answer in 2 s)"
 
+    async def _describe_task_async(self, key: Key) -> str:
+        """``_describe_task`` awaited in another event loop, without blocking it."""
+        try:
+            answer = self._loop.submit(task_status, self._scheduler.state.tasks, key)
+            return await asyncio.wait_for(asyncio.wrap_future(answer), 2.0)
+        except Exception:
+            return "the engine did not say what the task is doing (it did not answer in 2 s)"
+
     def _check_running(self) -> None:
         check_process(self._futures.pid, self.id)
         if self.status != "running":
@@ -146,7 +155,7 @@ class ClientBase:
     # (futures.FutureOwner), and what submission asks of results
 
     @abstractmethod
-    def gather(self, futures: Any, errors: str = "raise") -> Any:
+    def gather(self, futures: Any, errors: str = "raise", timeout: float | None = None) -> Any:
         """Values for a future, or a (nested) list / tuple / dict of futures."""
         raise NotImplementedError
 

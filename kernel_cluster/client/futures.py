@@ -209,9 +209,10 @@ class Future:
         try:
             await asyncio.wait_for(until_done(client, [state], False), timeout)
         except TimeoutError:
+            doing = await client._describe_task_async(key)
             raise TimeoutError(
-                f"Future {key!r} is not done after the timeout of {timeout:g} s; the task "
-                "goes on: await it again, or cancel it."
+                f"Future {key!r} is not done after the timeout of {timeout:g} s: {doing}. "
+                "The task goes on; await it again, or cancel it."
             ) from None
         if state.status == "error":
             raise task_error(state)

@@ -235,16 +235,33 @@ class FutureRegistry:
             if run is not None and run[1] is not me:
                 run[0].wait()
 
-    def wait_all(self, states: list[FutureState], fail_fast: bool) -> None:
-        """Until every state is done (or, with ``fail_fast``, one is not "finished").
+    def wait_all(
+        self,
+        states: list[FutureState],
+        fail_fast: bool,
+        timeout: float | None = None,
+        keys: list[Key] | None = None,
+    ) -> None:
+        """Until every state is done (or, with ``fail_fast``, one is not "finished");
+        past ``timeout`` seconds (checked by the caller), a TimeoutError naming it and
+        what the task of the first state not done (``keys``: theirs) is doing.
 
         One wake-up for the lot: waiting on each in turn costs the engine an event to
         set and this thread a wake-up per result that lands while it sleeps.
         """
         check_process(self.pid, "The client of these futures")
         latch = self.latch(states, fail_fast)
-        if latch is not None:
-            _wait(latch.event, None)
+        if latch is not None and not _wait(latch.event, timeout):
+            late = [i for i, st in enumerate(states) if not st.done()]
+            if late:  # else all done just now
+                what = ""
+                if keys is not None:
+                    what = f"; the first, {keys[late[0]]!r}: {self.describe(keys[late[0]])}"
+                raise TimeoutError(
+                    f"{len(late)} of the {len(states)} futures are not done after the "
+                    f"timeout of {timeout:g} s{what}. The tasks go on; gather again, or "
+                    "cancel them."
+                )
         if self.hook_runs:
             self.wait_hooks([st for st in states if st.done()])
 
