@@ -184,8 +184,8 @@ class MemoryMonitor:
         memory leaves it no time to say so, and the scheduler would compute them again
         for ever (engine/unspillable.py). ``used``: the memory just read, if it was."""
         data = self.data
-        if not self.limit or not isinstance(data, SpillBuffer):
-            return
+        if not self.limit or not isinstance(data, SpillBuffer) or self.on_stuck is _nothing:
+            return  # (giving up already: MemoryStuck said it last)
         if not data.unspillable and not self._reported:
             return  # the common case: nothing to tell, no memory reading
         if used is None:
