@@ -4,7 +4,9 @@
 ``memory_limit`` on a worker process got the worker restarted as stuck, the same
 values computed again, and the worker restarted again, for ever. Now a value held
 unspilled through ``allowed_failures`` + 1 such restarts fails its task with
-``UnspillableMemoryError``, which names the cause and what to do.
+``UnspillableMemoryError``, which names the cause and what to do; a worker its nanny
+ends first (past ``memory_terminate_fraction``) counts too, for the values it last
+reported it could not spill.
 
 32.8, before: one task allocating three times the limit ran to the end, with only a
 "paused" line in the log. Now the nanny ends a worker process whose memory passes
