@@ -142,6 +142,21 @@ def allocate(n: int) -> int:
     return int(block[::4096].sum())
 
 
+def allocate_and_hold(n: int) -> int:
+    """A task working on three times its worker's limit for a minute.
+
+    The nanny samples memory every ``memory_monitor_interval``: a block allocated,
+    summed and freed in between two samples (``allocate`` on a busy machine did so in
+    2 runs of 6) is never seen, which is what a sampler is.
+    """
+    block = np.ones(n, dtype=np.uint8)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        block[::4096] += 1  # still in use
+    return int(block[::4096].sum())
+
+
 @pytest.mark.timeout(120)
 def test_a_task_allocating_past_the_limit_fails_naming_the_limit_and_the_peak() -> None:
     with (
@@ -155,7 +170,7 @@ def test_a_task_allocating_past_the_limit_fails_naming_the_limit_and_the_peak() 
         Client(cluster) as client,
     ):
         pids = cluster.worker_pids()
-        future = client.submit(allocate, 600 * MiB)
+        future = client.submit(allocate_and_hold, 600 * MiB)
         with pytest.raises(KilledWorker) as info:
             future.result(timeout=90)
         text = str(info.value)
