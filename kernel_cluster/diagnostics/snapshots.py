@@ -14,9 +14,11 @@ bytes and tasks (``int`` is a ``float`` to a type checker).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from ..core.critical_path import TaskRun
 
 # ("execute", span_id, prefix, activity, unit), or (context, activity, unit) for the
 # contexts "gather-dep", "get-data" and "memory-monitor". Activities and units are
@@ -138,6 +140,28 @@ class TaskStreamRecord:
     startstops: tuple[StartStop, ...]
     dependencies: tuple[TaskKey, ...] = ()
     sent: float | None = None
+
+    def compute_run(self) -> TaskRun | None:
+        """The record as the critical path walks it (None: it has no compute)."""
+        compute = None
+        transfers = []
+        for ss in self.startstops:
+            if ss.action == "compute":
+                compute = ss
+            elif ss.action == "transfer":
+                transfers.append((ss.start, ss.stop))
+        if compute is None:
+            return None
+        return TaskRun(
+            self.key,
+            self.dependencies,
+            self.worker,
+            self.thread,
+            compute.start,
+            compute.stop,
+            self.sent,
+            tuple(transfers),
+        )
 
     def as_dict(self) -> dict[str, object]:
         """The record as ``client.task_stream()`` and ``ts.data`` show it (Dask's
@@ -274,3 +298,18 @@ class ProfileMetadata:
     def as_dict(self) -> dict[str, object]:
         """The shape ``core.profile_tree.merge_metadata`` reads."""
         return {"counts": list(self.counts), "keys": {k: list(v) for k, v in self.keys.items()}}
+
+
+def records_runs(
+    records: Iterable[TaskStreamRecord], span_ids: Collection[str] | None = None
+) -> list[TaskRun]:
+    """The compute runs of ``records`` that ended well, of spans ``span_ids`` (None:
+    any): ``DiagnosticsSource.task_runs`` for a source that only has records."""
+    out = []
+    for r in records:
+        if r.status != "OK" or (span_ids is not None and r.span_id not in span_ids):
+            continue
+        run = r.compute_run()
+        if run is not None:
+            out.append(run)
+    return out

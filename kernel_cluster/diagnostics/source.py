@@ -25,8 +25,10 @@ Where a fine metric travels, from measured to drawn:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol, runtime_checkable
 
+from ..core.critical_path import TaskRun
 from .snapshots import (
     ClusterInfo,
     FinishedSpans,
@@ -116,6 +118,15 @@ class DiagnosticsSource(Protocol):
     ) -> list[TaskStreamRecord]:
         """Records of tasks whose last action ended in ``[start, stop]`` (None: open),
         in order; the last ``count`` of them (None or 0: all)."""
+        ...
+
+    def task_runs(
+        self, span_ids: Collection[str] | None = None, start: float | None = None
+    ) -> list[TaskRun]:
+        """The compute runs (``TaskStreamRecord.compute_run``) of the tasks that ended
+        well since ``start`` (None: all kept), of the spans ``span_ids`` (None: any),
+        in order: what the critical path and ``diagnose`` read, made without the
+        records when the source can (a 100,000-task span's are many)."""
         ...
 
     # -- statistical profiles ---------------------------------------------------------------

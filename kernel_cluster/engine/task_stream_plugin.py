@@ -69,27 +69,42 @@ class TaskStreamPlugin(SchedulerPlugin):
 
     def since(self, index: int) -> list[dict]:
         """Records numbered ``index`` or later that are still in the history."""
-        if not self.buffer:
-            return []
-        skip = max(0, index - self.buffer[0][0])
-        return [_record(r) for i, r in enumerate(self.buffer) if i >= skip]
+        return [_record(r) for r in self.since_raw(index)]
 
     def window(self, start: float | None, stop: float | None, count: int | None) -> list[dict]:
         """Records of tasks that ended in [start, stop]; the last ``count`` of them."""
-        out = []
-        for r in self.buffer:
-            end = max((ss[2] for ss in r[8]), default=0.0)
-            if start is not None and end < start:
-                continue
-            if stop is not None and end > stop:
-                continue
-            out.append(r)
+        return [_record(r) for r in self.window_raw(start, stop, count)]
+
+    # The raw tuples (``_FIELDS``, then startstops, dependencies, sent) for readers on
+    # the loop that make their own copies elsewhere: the engine's DiagnosticsSource
+    # turns them into snapshots on its caller's thread. The tuples never change.
+
+    def since_raw(self, index: int) -> list[tuple]:
+        if not self.buffer:
+            return []
+        skip = max(0, index - self.buffer[0][0])
+        if skip == 0:
+            return list(self.buffer)
+        return [r for i, r in enumerate(self.buffer) if i >= skip]
+
+    def window_raw(self, start: float | None, stop: float | None, count: int | None) -> list[tuple]:
+        if start is None and stop is None:
+            out = list(self.buffer)
+        else:
+            lo = float("-inf") if start is None else start
+            hi = float("inf") if stop is None else stop
+            out = [r for r in self.buffer if lo <= _end(r) <= hi]
         if count:
             out = out[-count:]
-        return [_record(r) for r in out]
+        return out
 
 
 _FIELDS = ("index", "key", "prefix", "span_id", "worker", "thread", "status", "nbytes")
+
+
+def _end(raw: tuple) -> float:
+    """When a record's task ended: its last action's stop."""
+    return max((ss[2] for ss in raw[8]), default=0.0)
 
 
 def _record(raw: tuple) -> dict:

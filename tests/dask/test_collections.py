@@ -247,9 +247,11 @@ def test_priority_annotation_orders_the_submission():
 
 
 def spin(block, seconds=0.3):
-    """Hold a worker thread for ``seconds`` (in Python: the profiler sees it)."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    """``seconds`` of this thread's CPU in Python (the profiler sees it): counted on
+    the thread's clock, as on a busy machine 0.3 s of wall time could pass before the
+    sampler's thread ever ran."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
         pass
     return block
 

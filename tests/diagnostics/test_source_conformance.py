@@ -417,6 +417,23 @@ def test_task_stream_windows(seen: Observed) -> None:
     assert src.task_stream_since(seen.index1) == []
 
 
+def test_task_runs_are_the_records_compute_runs(seen: Observed) -> None:
+    """What the critical path walks: each task's compute, its inputs and its worker
+    (a source may make them without the records, as the engine's does)."""
+    src = seen.source
+    records = workload_records(seen)
+    start = min(ss.start for r in records for ss in r.startstops)
+    expected = [r.compute_run() for r in records]
+    assert src.task_runs({seen.inner, seen.outer}, start=start)[-11:] == expected
+    assert src.task_runs({seen.inner}, start=start) == expected[:10]
+    (total_run,) = src.task_runs({seen.outer}, start=start)
+    assert total_run.key == records[-1].key and total_run.worker == records[-1].worker
+    # a Dask cluster's records say nothing of them: () there, the ten incs here
+    assert total_run.dependencies == records[-1].dependencies
+    assert len(total_run.dependencies) in (0, 10)
+    assert src.task_runs({"no such span"}) == []
+
+
 def test_memory_is_in_bytes(seen: Observed) -> None:
     m = seen.source.memory()
     assert isinstance(m, MemorySnapshot)

@@ -19,6 +19,8 @@ from kernel_cluster.diagnostics.history import compare as comparing
 from kernel_cluster.diagnostics.history.recorder import Recorder
 from kernel_cluster.diagnostics.history.settings import HistorySettings
 from kernel_cluster.diagnostics.pages.report import performance_report
+from kernel_cluster.diagnostics.queries.critical_path import span_critical_path
+from kernel_cluster.diagnostics.queries.findings import diagnose
 from kernel_cluster.diagnostics.queries.memory_sampler import PlainMemorySampler
 from kernel_cluster.diagnostics.queries.profile import profile, profile_metadata
 from kernel_cluster.diagnostics.queries.progress_text import TextProgress
@@ -103,6 +105,9 @@ def test_views_read_through_the_protocol_alone(client: Client, tmp_path: Path) -
     profile(src, start="1h")
     profile_metadata(src, workers=[worker_name])
     text = TextProgress(src, timeout=5).run()
+    # a span explained: its critical path and the findings
+    assert span_critical_path(src, "through the protocol").steps
+    diagnose(src, "through the protocol")
 
     assert not proxy.refused, proxy.refused
     assert proxy.used >= MEMBERS - {"kind", "span_metrics", "task_stream"}

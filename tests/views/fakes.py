@@ -9,9 +9,11 @@ StreamSource as the conformance suite's known workload would fill an engine.
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
+from kernel_cluster.core.critical_path import TaskRun
 from kernel_cluster.core.profile_tree import new_tree, to_flat
 from kernel_cluster.core.scheduler_tasks import ALL_STATES
 from kernel_cluster.diagnostics.snapshots import (
@@ -29,6 +31,7 @@ from kernel_cluster.diagnostics.snapshots import (
     TransferLogEntry,
     TransferLogs,
     WorkerInfo,
+    records_runs,
 )
 
 
@@ -162,6 +165,11 @@ class FakeSource:
             if (start is None or end >= start) and (stop is None or end <= stop):
                 out.append(r)
         return out[-count:] if count else out
+
+    def task_runs(
+        self, span_ids: Collection[str] | None = None, start: float | None = None
+    ) -> list[TaskRun]:
+        return records_runs(self.task_stream(start=start), span_ids)
 
     def profiles(
         self,

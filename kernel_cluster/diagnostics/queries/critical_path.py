@@ -18,20 +18,23 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def span_critical_path(source: DiagnosticsSource, span: Any = None) -> CriticalPath:
-    """The critical path of ``span`` (see ``select_spans``) through the task stream."""
+def span_critical_path(
+    source: DiagnosticsSource, span: Any = None, runs: Sequence[TaskRun] | None = None
+) -> CriticalPath:
+    """The critical path of ``span`` (see ``select_spans``) through its tasks' runs
+    (``runs``, if the caller read them already: the span's subtree's, ended well)."""
     chosen, ids = select_spans(source.spans(), span)
     enqueued = min(s.enqueued for s in chosen)
     stop = max(s.stop for s in chosen)
-    window = source.task_stream(start=enqueued)  # tasks that ended since it began
-    records = [r for r in window if r.span_id in ids and r.status == "OK"]
-    if records and all(r.sent is None and not r.dependencies for r in records):
+    if runs is None:
+        runs = source.task_runs(ids, start=enqueued)  # tasks that ended since it began
+    if runs and all(r.sent is None and not r.dependencies for r in runs):
         raise ValueError(
             "This cluster's task stream does not say which tasks each task depended on "
             "nor when it was sent (a Dask cluster's does not): no critical path can be "
             "walked; fine_metrics() and spans() still tell where the time went."
         )
-    return critical_path(task_runs(records), enqueued, stop)
+    return critical_path(runs, enqueued, stop)
 
 
 def select_spans(spans: Sequence[SpanInfo], span: Any) -> tuple[list[SpanInfo], set[str]]:
@@ -73,30 +76,7 @@ def select_spans(spans: Sequence[SpanInfo], span: Any) -> tuple[list[SpanInfo], 
 def task_runs(records: Iterable[TaskStreamRecord]) -> list[TaskRun]:
     """Task-stream records as the runs the walk reads (records without a compute
     action are left out)."""
-    out = []
-    for r in records:
-        compute = None
-        transfers = []
-        for ss in r.startstops:
-            if ss.action == "compute":
-                compute = ss
-            elif ss.action == "transfer":
-                transfers.append((ss.start, ss.stop))
-        if compute is None:
-            continue
-        out.append(
-            TaskRun(
-                r.key,
-                r.dependencies,
-                r.worker,
-                r.thread,
-                compute.start,
-                compute.stop,
-                r.sent,
-                tuple(transfers),
-            )
-        )
-    return out
+    return [run for r in records if (run := r.compute_run()) is not None]
 
 
 def path_frame(path: CriticalPath) -> pd.DataFrame:

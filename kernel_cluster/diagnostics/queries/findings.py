@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.critical_path import CriticalPath
+from ...core.critical_path import CriticalPath, TaskRun
 from ...core.idle_reasons import IDLE, IDLE_PREFIX, is_idle
-from ..snapshots import Metrics, TaskStreamRecord
+from ..snapshots import Metrics, TaskStreamRecord, records_runs
 from ..source import DiagnosticsSource
 from .critical_path import select_spans, span_critical_path
 
@@ -308,17 +308,17 @@ def diagnose(source: DiagnosticsSource, span: Any = None) -> Findings:
             for k, v in metrics.items()
             if len(k) == 3 and k[-1] == "seconds"
         }
-        records = [r for r in source.task_stream() if r.status == "OK"]
+        runs = source.task_runs()
         label = "all work"
-        path = _path(source, None)
+        path = _path(source, None, None)  # the latest span's
     else:
         metrics, label = source.span_metrics(span)
         seconds = _execute_seconds(metrics, activity_at=2)
         other = None
         _, ids = select_spans(source.spans(), span)
-        records = [r for r in source.task_stream() if r.span_id in ids and r.status == "OK"]
-        path = _path(source, span)
-    ev = _evidence(seconds, other, records, source.info().workers, path)
+        runs = source.task_runs(ids)
+        path = _path(source, span, runs)
+    ev = _evidence(seconds, other, runs, source.info().workers, path)
     return evaluate(ev, label)
 
 
@@ -334,8 +334,8 @@ def block_findings(
         for k, v in metrics.items()
         if len(k) == 3 and k[-1] == "seconds"
     }
-    ok = [r for r in records if r.status == "OK"]
-    return evaluate(_evidence(seconds, other, ok, workers, None), "this block")
+    runs = records_runs(records)
+    return evaluate(_evidence(seconds, other, runs, workers, None), "this block")
 
 
 def as_data(findings: Findings) -> dict[str, Any]:
@@ -358,11 +358,11 @@ def as_data(findings: Findings) -> dict[str, Any]:
 def _evidence(
     seconds: dict[str, float],
     other: dict[tuple[str, str], float] | None,
-    records: Iterable[TaskStreamRecord],
+    runs: Iterable[TaskRun],
     workers: Iterable[str],
     path: CriticalPath | None,
 ) -> Evidence:
-    durations, busy = _compute_times(records)
+    durations, busy = _compute_times(runs)
     for worker in workers:  # a worker that computed nothing counts too
         busy.setdefault(worker, 0.0)
     split = any(is_idle(a) and a != IDLE for a in seconds)
@@ -378,22 +378,18 @@ def _execute_seconds(metrics: Metrics, activity_at: int) -> dict[str, float]:
     return out
 
 
-def _compute_times(
-    records: Iterable[TaskStreamRecord],
-) -> tuple[tuple[float, ...], dict[str, float]]:
+def _compute_times(runs: Iterable[TaskRun]) -> tuple[tuple[float, ...], dict[str, float]]:
     durations = []
     busy: dict[str, float] = {}
-    for r in records:
-        for ss in r.startstops:
-            if ss.action == "compute":
-                d = ss.stop - ss.start
-                durations.append(d)
-                busy[r.worker] = busy.get(r.worker, 0.0) + d
+    for r in runs:
+        d = r.stop - r.start
+        durations.append(d)
+        busy[r.worker] = busy.get(r.worker, 0.0) + d
     return tuple(durations), busy
 
 
-def _path(source: DiagnosticsSource, span: Any) -> CriticalPath | None:
+def _path(source: DiagnosticsSource, span: Any, runs: list[TaskRun] | None) -> CriticalPath | None:
     try:
-        return span_critical_path(source, span)
+        return span_critical_path(source, span, runs)
     except ValueError:  # no span ran yet, or a source without dependencies
         return None

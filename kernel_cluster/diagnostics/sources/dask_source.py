@@ -75,11 +75,12 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar, cast
 
 import cloudpickle
 
+from ...core.critical_path import TaskRun
 from ..snapshots import (
     ClusterInfo,
     CodeFrame,
@@ -96,6 +97,7 @@ from ..snapshots import (
     TransferLogEntry,
     TransferLogs,
     WorkerInfo,
+    records_runs,
 )
 from ..source import WouldBlock
 from . import dask_plugin
@@ -405,6 +407,11 @@ class DaskSource:
     ) -> list[TaskStreamRecord]:
         raw = self._read("stream_window", start=start, stop=stop, count=count)
         return _records(cast(list[tuple[Any, ...]], raw))
+
+    def task_runs(
+        self, span_ids: Collection[str] | None = None, start: float | None = None
+    ) -> list[TaskRun]:
+        return records_runs(self.task_stream(start=start), span_ids)
 
     def profiles(
         self,
