@@ -112,7 +112,9 @@ class Explainer:
         if not span.done:  # its path grows while it runs: asked again when it is done
             return None
         path = self._cached(("path", span.id), span, lambda: _path(source, span))
-        return {"length": path.length, "wall": path.wall} if isinstance(path, CriticalPath) else None
+        return (
+            {"length": path.length, "wall": path.wall} if isinstance(path, CriticalPath) else None
+        )
 
     def _cached(self, key: tuple[str, str], span: SpanInfo, make: Any) -> Any:
         with self._lock:
