@@ -40,6 +40,9 @@ KINDS = ("explain", "paths")
 MAX_ID = 200  # characters of a span id from the browser
 MAX_SPANS = 200  # span ids in one "paths" request
 MAX_STEPS = 20_000  # path steps sent (the task stream keeps 100,000 tasks at most)
+# paths computed for one "paths" request (others come back None): a session of many
+# finished spans asked for all at once took the kernel minutes
+MAX_NEW_PATHS = 8
 CACHE_SPANS = 256  # finished spans' answers kept per source
 
 
@@ -92,10 +95,16 @@ class Explainer:
             return {**request, "error": "No cluster in this kernel: nothing to explain."}
         spans = {s.id: s for s in source.spans()}
         if request["type"] == "paths":
-            paths = {}
-            for span_id in request["spans"]:
+            paths: dict[str, dict[str, float] | None] = {}
+            budget = MAX_NEW_PATHS  # each walks the task stream: a few per request
+            for span_id in reversed(request["spans"]):  # the latest rows first
                 span = spans.get(span_id)
-                paths[span_id] = self._length(source, span) if span is not None else None
+                if span is None or (budget <= 0 and ("path", span_id) not in self._done):
+                    paths[span_id] = None
+                    continue
+                if ("path", span_id) not in self._done:
+                    budget -= 1
+                paths[span_id] = self._length(source, span)
             return {"type": "paths", "paths": paths}
         span_id = request["span"]
         span = spans.get(span_id)
