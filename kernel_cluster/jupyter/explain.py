@@ -3,10 +3,23 @@ reason, and the findings (``diagnose``), most costly first.
 
 Walking a span's critical path and running the findings' rules read the whole task
 stream of the span: too costly for every periodic update, and wanted for one span at
-a time. So the views ask (the Span Tree for the selected span, the Task Stream for
-the path it highlights) and the kernel answers that message once, on the channel or
-widget comm it came on. A finished span's answer cannot change: it is kept
-(``CACHE_SPANS`` of them per source); a running span's is computed afresh.
+a time. So the views ask (the Span Tree for the selected span and for its finished
+spans' path lengths, the Task Stream for the path it highlights) and the kernel
+answers that message once, on the channel or widget comm it came on.
+
+Answers are computed on a thread of this module's (``reply_later``), one request
+after another, never on the thread that received the request: that is the kernel's
+shell thread (or the subshell every panel message shares), and a reloaded page asking
+for the paths of a hundred finished spans held it for minutes, a cell queued [*]
+behind them and the panels' other requests too. The reply is sent from that thread,
+as the hub's and the widgets' updates are.
+
+A finished span cannot change, so what is computed for it is kept: its explanation
+(``CACHE_SPANS`` per source) and its path length (``CACHE_LENGTHS``), so a second
+reload costs nothing. The path lengths asked at once come from one read of the spans
+and one of the task stream (``span_critical_paths``). They are not computed as each
+span finishes: that would read the task stream for every span whether or not a view
+ever shows it; a running span's answers are computed afresh.
 
 Browser -> kernel (JSON, checked by ``check_explain``; never a pickle):
 
@@ -22,28 +35,31 @@ Kernel -> browser: ``{"type": "explain", "span", "done", "wall", "path", "idle",
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from ..core.critical_path import PARTS, CriticalPath
 from ..core.idle_reasons import is_idle
 from ..core.span_folding import IDLE as SPAN_IDLE
 from ..diagnostics.feeds.task_stream import _key_text
-from ..diagnostics.queries.critical_path import span_critical_path
+from ..diagnostics.queries.critical_path import span_critical_path, span_critical_paths
 from ..diagnostics.queries.findings import as_data, diagnose
 from ..diagnostics.snapshots import SpanInfo
 from ..diagnostics.source import DiagnosticsSource
+
+logger = logging.getLogger(__name__)
 
 KINDS = ("explain", "paths")
 MAX_ID = 200  # characters of a span id from the browser
 MAX_SPANS = 200  # span ids in one "paths" request
 MAX_STEPS = 20_000  # path steps sent (the task stream keeps 100,000 tasks at most)
-# paths computed for one "paths" request (others come back None): a session of many
-# finished spans asked for all at once took the kernel minutes
-MAX_NEW_PATHS = 8
-CACHE_SPANS = 256  # finished spans' answers kept per source
+CACHE_SPANS = 256  # finished spans' explanations kept per source (each up to MAX_STEPS)
+CACHE_LENGTHS = 20_000  # finished spans' path lengths kept per source (two numbers each)
 
 
 def check_explain(content: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +101,8 @@ class Explainer:
     """Answers the requests for one source, keeping finished spans' answers."""
 
     def __init__(self) -> None:
-        self._done: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._done: OrderedDict[str, dict[str, Any]] = OrderedDict()  # explanations
+        self._lengths: OrderedDict[str, dict[str, float] | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def answer(self, source: DiagnosticsSource | None, request: dict[str, Any]) -> dict[str, Any]:
@@ -93,20 +110,14 @@ class Explainer:
             return dict(request)
         if source is None:
             return {**request, "error": "No cluster in this kernel: nothing to explain."}
-        spans = {s.id: s for s in source.spans()}
         if request["type"] == "paths":
-            paths: dict[str, dict[str, float] | None] = {}
-            budget = MAX_NEW_PATHS  # each walks the task stream: a few per request
-            for span_id in reversed(request["spans"]):  # the latest rows first
-                span = spans.get(span_id)
-                if span is None or (budget <= 0 and ("path", span_id) not in self._done):
-                    paths[span_id] = None
-                    continue
-                if ("path", span_id) not in self._done:
-                    budget -= 1
-                paths[span_id] = self._length(source, span)
-            return {"type": "paths", "paths": paths}
+            return {"type": "paths", "paths": self.lengths(source, request["spans"])}
         span_id = request["span"]
+        with self._lock:
+            if span_id in self._done:
+                self._done.move_to_end(span_id)
+                return self._done[span_id]
+        spans = {s.id: s for s in source.spans()}
         span = spans.get(span_id)
         if span is None:
             return {
@@ -115,28 +126,42 @@ class Explainer:
                 "error": f"span={span_id!r}: no span has this id (it may have been "
                 f"forgotten); {len(spans)} spans are known.",
             }
-        return self._cached(("explain", span_id), span, lambda: explain(source, span))
-
-    def _length(self, source: DiagnosticsSource, span: SpanInfo) -> dict[str, float] | None:
-        if not span.done:  # its path grows while it runs: asked again when it is done
-            return None
-        path = self._cached(("path", span.id), span, lambda: _path(source, span))
-        return (
-            {"length": path.length, "wall": path.wall} if isinstance(path, CriticalPath) else None
-        )
-
-    def _cached(self, key: tuple[str, str], span: SpanInfo, make: Any) -> Any:
-        with self._lock:
-            if key in self._done:
-                self._done.move_to_end(key)
-                return self._done[key]
-        value = make()
+        answer = explain(source, span)
         if span.done:
-            with self._lock:
-                self._done[key] = value
-                while len(self._done) > CACHE_SPANS:
-                    self._done.popitem(last=False)
-        return value
+            path = answer.get("path")
+            self._keep(self._done, span_id, answer, CACHE_SPANS)
+            length = {"length": path["length"], "wall": path["wall"]} if path else None
+            self._keep(self._lengths, span_id, length, CACHE_LENGTHS)
+        return answer
+
+    def lengths(
+        self, source: DiagnosticsSource, span_ids: list[str]
+    ) -> dict[str, dict[str, float] | None]:
+        """Path lengths by span id: None for a span unknown, still running or without
+        a path. Those not kept yet are walked together (one read of the stream)."""
+        with self._lock:
+            known = {i: self._lengths[i] for i in span_ids if i in self._lengths}
+        missing = [i for i in span_ids if i not in known]
+        if missing:
+            done = {s.id for s in source.spans(refresh=False) if s.done}
+            # a running span's path grows: it is asked again when it is done
+            walk = [i for i in missing if i in done]
+            for span_id, path in span_critical_paths(source, walk).items():
+                length = (
+                    {"length": path.length, "wall": path.wall}
+                    if isinstance(path, CriticalPath)
+                    else None
+                )
+                self._keep(self._lengths, span_id, length, CACHE_LENGTHS)
+                known[span_id] = length
+        return {i: known.get(i) for i in span_ids}
+
+    def _keep(self, cache: OrderedDict[str, Any], key: str, value: Any, most: int) -> None:
+        with self._lock:
+            cache[key] = value
+            cache.move_to_end(key)
+            while len(cache) > most:
+                cache.popitem(last=False)
 
 
 _explainers: weakref.WeakKeyDictionary[Any, Explainer] = weakref.WeakKeyDictionary()
@@ -156,6 +181,59 @@ def answer(source: DiagnosticsSource | None, content: dict[str, Any]) -> dict[st
         return explainer.answer(source, content)
     except (RuntimeError, TimeoutError, OSError) as exc:
         return {**content, "error": f"Cannot read the cluster: {exc}"}
+
+
+def reply_later(
+    source: DiagnosticsSource | None,
+    content: dict[str, Any],
+    reply: Callable[[dict[str, Any]], None],
+) -> None:
+    """Answer a checked request on this module's thread, then ``reply(answer)`` from
+    there; returns at once. A bad request is answered at once (it costs nothing)."""
+    if "error" in content or source is None:
+        reply(answer(source, content))
+        return
+
+    def job() -> None:
+        try:
+            out = answer(source, content)
+        except Exception as exc:  # the view is told, not left waiting
+            logger.warning("Could not answer a view's %r", content, exc_info=True)
+            out = {**content, "error": f"Could not answer: {type(exc).__name__}: {exc}"}
+        reply(out)
+
+    _worker.submit(job)
+
+
+class _Worker:
+    """One daemon thread running jobs in the order given: requests come a few at a
+    time and each reads the whole task stream, so one at a time is as fast as
+    several and leaves a core to the user's cell. Started on first use."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="kernel-cluster-explain", daemon=True
+                )
+                self._thread.start()
+        self._jobs.put(job)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:  # a comm closed under the reply: the next one is answered
+                logger.debug("Could not send an answer to a view", exc_info=True)
+
+
+_worker = _Worker()
 
 
 def _path(source: DiagnosticsSource, span: SpanInfo) -> CriticalPath | str:

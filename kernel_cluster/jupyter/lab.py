@@ -53,7 +53,8 @@ the subshell the browser chose.
 - ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
   the last pair compared, or the latest two).
 - ``explain``, ``paths``: a span's critical path, idle and findings, or spans' path
-  lengths, answered once (``explain.py``).
+  lengths, answered once, from a thread of ``explain.py``'s (never on the thread
+  that reads the browser's messages: the walks take seconds).
 """
 
 from __future__ import annotations
@@ -289,8 +290,8 @@ class Channel:
         if kind in CONTROLS:  # on a thread of its own: starting workers takes seconds
             self.hub.runner.run(request, self.send, self.hub.status_now)
             return
-        if kind in explain.KINDS:  # asked by a view: answered once, outside the lock
-            self.send(explain.answer(self.hub.source, request))
+        if kind in explain.KINDS:  # asked by a view: answered on explain's thread
+            explain.reply_later(self.hub.source, request, self.send)
             return
         with self._lock:
             if kind == "refresh":

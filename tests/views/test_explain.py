@@ -1,7 +1,8 @@
 """A span explained on request from a view (kernel_cluster/jupyter/explain.py): over
 a lab channel of a real cluster, the answer carries the critical path (the slow
 chain), the idle by reason and the findings; bad requests get an error naming what
-was wrong, and the channel goes on answering."""
+was wrong, and the channel goes on answering. Answers come from explain's thread, a
+moment after the request: each test waits for them (``answers``), with a bound."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import pytest
 
 from kernel_cluster import Client, KernelCluster, span
 from kernel_cluster.jupyter import explain, lab
+from tests.engine.helpers import wait_for
 from tests.views.test_lab import RecordingComm
+
+
+def answers(comm, kind, n=1):
+    """The first ``n`` answers of this kind, once they have come (within 30 s)."""
+    wait_for(lambda: len(comm.messages(kind)) >= n, 30, f"{n} '{kind}' answer(s)")
+    return comm.messages(kind)[:n]
 
 
 def link(seconds, *inputs):
@@ -54,7 +62,7 @@ def restore_default_source():
 def test_a_span_is_explained_once_asked(channel):
     client, comm, span_id = channel
     comm.from_browser({"type": "explain", "span": span_id})
-    (answer,) = comm.messages("explain")
+    (answer,) = answers(comm, "explain")
     assert answer["span"] == span_id and "error" not in answer
     assert answer["done"] is True
     path = answer["path"]
@@ -71,17 +79,18 @@ def test_a_span_is_explained_once_asked(channel):
 def test_a_finished_span_is_answered_from_the_cache(channel, monkeypatch):
     _client, comm, span_id = channel
     comm.from_browser({"type": "explain", "span": span_id})
+    answers(comm, "explain")
     calls = []
     monkeypatch.setattr(explain, "explain", lambda *a: calls.append(a) or {})
     comm.from_browser({"type": "explain", "span": span_id})
-    first, second = comm.messages("explain")
+    first, second = answers(comm, "explain", 2)
     assert calls == [] and first == second
 
 
 def test_path_lengths_of_finished_spans(channel):
     client, comm, span_id = channel
     comm.from_browser({"type": "paths", "spans": [span_id, "no-such-span"]})
-    (answer,) = comm.messages("paths")
+    (answer,) = answers(comm, "paths")
     assert answer["paths"]["no-such-span"] is None
     length = answer["paths"][span_id]
     assert length["length"] == pytest.approx(client.critical_path(span=span_id).length)
@@ -103,11 +112,12 @@ def test_path_lengths_of_finished_spans(channel):
 def test_a_bad_request_gets_an_error_back_and_the_channel_goes_on(channel, message, says):
     _client, comm, span_id = channel
     comm.from_browser(message)
-    (answer,) = comm.messages(message["type"])
+    (answer,) = answers(comm, message["type"])
     assert says in answer["error"]
     # the kernel keeps answering
     comm.from_browser({"type": "explain", "span": span_id})
-    assert "error" not in comm.messages("explain")[-1]
+    n = 2 if message["type"] == "explain" else 1
+    assert "error" not in answers(comm, "explain", n)[-1]
 
 
 def test_no_cluster_says_so():
@@ -133,8 +143,48 @@ def test_the_dashboard_widget_answers_on_its_own_comm(restore_default_source, mo
         w._on_browser_message(w, {"type": "explain", "span": span_id}, [])
         w._on_browser_message(w, {"type": "explain", "span": ["a list"]}, [])
         w._on_browser_message(w, {"type": "paths", "spans": [span_id]}, [])
+        wait_for(lambda: len(sent) == 3, 30, "three answers")
         w.close()
-    good, bad, paths = sent
+    by_kind = {(m["type"], "error" in m): m for m in sent}  # the bad one came back first
+    good, bad, paths = (
+        by_kind[k] for k in [("explain", False), ("explain", True), ("paths", False)]
+    )
     assert good["span"] == span_id and good["path"]["ntasks"] >= 1
     assert "'span' must be a span's id" in bad["error"]
     assert paths["paths"][span_id]["length"] > 0
+
+
+def test_path_lengths_of_many_spans_from_one_read_then_kept(restore_default_source, monkeypatch):
+    """A reload asks for every finished span's length at once: all come back (no cap
+    of a few per request, the others blank), from one read of the task stream, each
+    as client.critical_path walks it alone; asked again, nothing is read."""
+    with KernelCluster(n_workers=1, threads_per_worker=2, memory_limit=0) as cluster, \
+            Client(cluster) as client:  # fmt: skip
+        ids = []
+        for i in range(12):
+            with span(f"step-{i}") as span_id:
+                graph = {"a": (link, 0.001), "b": (link, 0.002, "a")}
+                client.get(graph, ["b"])
+            ids.append(span_id)
+        h = lab.Hub()
+        comm = RecordingComm()
+        try:
+            h.opened(comm)
+            source = h.source
+            reads = []
+            read = source.task_stream
+            monkeypatch.setattr(
+                source, "task_stream", lambda *a, **k: reads.append(1) or read(*a, **k)
+            )
+            comm.from_browser({"type": "paths", "spans": ids})
+            (first,) = answers(comm, "paths")
+            assert len(reads) == 1
+            for span_id in ids:
+                expected = client.critical_path(span=span_id).length
+                assert first["paths"][span_id]["length"] == pytest.approx(expected)
+            reads.clear()
+            comm.from_browser({"type": "paths", "spans": ids})
+            _, second = answers(comm, "paths", 2)
+            assert reads == [] and second == first
+        finally:
+            h.close()
