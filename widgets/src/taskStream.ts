@@ -44,6 +44,10 @@ export interface TaskStreamOptions {
   onFilter?: (hidden: string[]) => void;
 }
 
+/** Seconds between a path step's end and its compute's stop in the table for them to
+ * be the same run (both are the kernel's same float; this only absorbs rounding). */
+const PATH_END_TOLERANCE = 1e-6;
+
 export class TaskStreamView {
   readonly root: HTMLDivElement;
   readonly canvas: HTMLCanvasElement;
@@ -321,7 +325,10 @@ export class TaskStreamView {
     this.frame.request();
   }
 
-  /** Compute rectangles (numbers as in ``byRow``) of the path's tasks, in path order. */
+  /** Compute rectangles (numbers as in ``byRow``) of the path's tasks, in path order.
+   * A step is the run of its key whose compute ended when the step did: a key computed
+   * again later (another run, the same key) is another task of the table, not on this
+   * path; a step whose run the table no longer holds is left out. */
   pathRects(): number[] {
     const answer = this.store.explain.answers.get(this.pathSpan);
     const t = this.table;
@@ -329,17 +336,27 @@ export class TaskStreamView {
     const rects: number[] = [];
     const steps = answer?.path?.steps ?? [];
     if (steps.length) {
-      const taskOf = new Map<string, number>();
-      steps.forEach((s) => taskOf.set(s.key, -1));
-      for (let i = 0; i < t.keys.length; i++) if (taskOf.has(t.keys[i])) taskOf.set(t.keys[i], t.firstTask + i);
+      const tasksOf = new Map<string, number[]>();
+      steps.forEach((s) => tasksOf.set(s.key, []));
+      for (let i = 0; i < t.keys.length; i++) tasksOf.get(t.keys[i])?.push(t.firstTask + i);
+      const wanted = new Set([...tasksOf.values()].flat());
       const computeOf = new Map<number, number>();
-      const wanted = new Set([...taskOf.values()].filter((v) => v >= 0));
       for (let i = 0; i < t.nrects; i++) {
         if (t.rectAction.data[i] === 0 && wanted.has(t.rectTask.data[i])) computeOf.set(t.rectTask.data[i], t.rectBase + i);
       }
       for (const s of steps) {
-        const r = computeOf.get(taskOf.get(s.key) ?? -1);
-        if (r !== undefined) rects.push(r);
+        let best: number | undefined;
+        let bestGap = PATH_END_TOLERANCE;
+        for (const task of tasksOf.get(s.key) ?? []) {
+          const r = computeOf.get(task);
+          if (r === undefined) continue;
+          const gap = Math.abs(t.stop(r) - s.end);
+          if (gap <= bestGap) {
+            best = r;
+            bestGap = gap;
+          }
+        }
+        if (best !== undefined) rects.push(best);
       }
     }
     this.pathCache = { answer, version: t.version, rects };

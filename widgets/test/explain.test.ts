@@ -124,6 +124,30 @@ describe('TaskStreamView critical path', () => {
     view.destroy();
   });
 
+  it('joins only the run explained when a key was computed again later (a user trial)', () => {
+    const store = new Store();
+    const enc = new TasksEncoder();
+    // the same keys again, later, in another run: a-1 on worker b, a-2 on worker a
+    const again: Rec[] = [
+      { key: 'a-1', worker: 'tcp://b', thread: 1, ss: [[0, 20, 21]] },
+      { key: 'a-2', worker: 'tcp://a', thread: 1, ss: [[0, 21, 23]] },
+    ];
+    const [part, buffers] = enc.encode([...recs, ...again]);
+    part.full = true;
+    store.applyUpdate([part, { feed: 'spans', seq: 1, full: true, records: { S: span(['etl'], true, 10) }, removed: [], nbuffers: 0 }], buffers);
+    store.explain.send = () => undefined;
+    const view = new TaskStreamView(host, store, { width: 884, height: 220 });
+    view.setShowPath(true);
+    store.explain.receive(answer());
+    const t = store.tasks;
+    const drawn = view.pathRects().map((r) => [t.task(t.rect(r).task).key, t.rect(r).start, t.rect(r).stop]);
+    expect(drawn).toEqual([['a-1', 10, 11], ['a-2', 11.2, 14]]);
+    // a step whose run the table no longer holds is left out, not joined to a later run
+    store.explain.receive(answer({ path: { ...answer().path!, steps: [...answer().path!.steps, { ...answer().path!.steps[1], key: 'a-1', end: 30 }] } }));
+    expect(view.pathRects().length).toBe(2);
+    view.destroy();
+  });
+
   it("shows the span chosen in a tree, and says so when the kernel cannot walk it", () => {
     const store = loaded();
     store.explain.send = () => undefined;
