@@ -52,6 +52,9 @@ whatever last sent on it (a cell, for ``announce``); ``_keep_browser_routing`` k
 the subshell the browser chose.
 - ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
   the last pair compared, or the latest two).
+- ``explain``, ``paths``: a span's critical path, idle and findings, or spans' path
+  lengths, answered once, from a thread of ``explain.py``'s (never on the thread
+  that reads the browser's messages: the walks take seconds).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from typing import Any
 from ..diagnostics.attach import default_source, watch_default_source
 from ..diagnostics.snapshots import ClusterInfo
 from ..diagnostics.source import DiagnosticsSource
+from . import explain
 from .cluster_controls import CONTROLS, ClusterControls, ControlRunner, check_control
 from .notebook import in_notebook
 from .publisher import Publisher, message_size
@@ -162,6 +166,8 @@ def check_message(content: Any) -> dict[str, Any]:
         return {"type": kind}
     if kind in CONTROLS:
         return check_control(content)
+    if kind in explain.KINDS:
+        return explain.check_explain(content)
     if kind == "subscribe":
         feeds = content.get("feeds")
         if not isinstance(feeds, list) or not all(f in OPTIONAL_FEEDS for f in feeds):
@@ -283,6 +289,9 @@ class Channel:
             return
         if kind in CONTROLS:  # on a thread of its own: starting workers takes seconds
             self.hub.runner.run(request, self.send, self.hub.status_now)
+            return
+        if kind in explain.KINDS:  # asked by a view: answered on explain's thread
+            explain.reply_later(self.hub.source, request, self.send)
             return
         with self._lock:
             if kind == "refresh":

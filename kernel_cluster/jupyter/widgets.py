@@ -18,8 +18,9 @@ The task stream's new records go as deltas of typed columns; the flame graph get
 the profile of the task prefix and time window chosen in the browser (synced
 traits, read by the kernel at most once a second, or at once when they change).
 
-Messages from the browser are JSON, checked here; only ``{"type": "refresh"}``
-(send me everything) is acted upon. ``close()`` stops the updates.
+Messages from the browser are JSON, checked here: ``{"type": "refresh"}`` (send me
+everything), and ``explain`` / ``paths`` (a span's critical path and findings, checked
+and answered once, from ``explain.py``'s thread). ``close()`` stops the updates.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ except ModuleNotFoundError as exc:  # a plain install: the widgets are an extra
 
 from ..diagnostics.attach import source_of
 from ..diagnostics.source import Diagnosable, WouldBlock
+from . import explain
 from .publisher import Poller, Publisher
 
 logger = logging.getLogger(__name__)
@@ -132,6 +134,10 @@ class _LiveWidget(anywidget.AnyWidget):
         if self.comm is not None:
             self.send(content, buffers)
 
+    def _reply(self, content: dict[str, Any]) -> None:
+        if not self._closed:
+            self._send_update(content, [])
+
     def update(self, force: bool = False) -> bool:
         """Send what changed now (subject to the rate bound unless ``force``)."""
         return self.publisher.tick(force=force)
@@ -144,6 +150,11 @@ class _LiveWidget(anywidget.AnyWidget):
     # -- browser -> kernel ------------------------------------------------------------------
 
     def _on_browser_message(self, _widget: Any, content: Any, buffers: list[bytes]) -> None:
+        if isinstance(content, dict) and content.get("type") in explain.KINDS and not buffers:
+            # a span's critical path and findings, asked by a view: answered from
+            # explain.py's thread, not the kernel's (where this runs)
+            explain.reply_later(self.source, explain.check_explain(content), self._reply)
+            return
         if isinstance(content, dict) and content.get("type") == "refresh" and not buffers:
             try:
                 self.publisher.send_full()

@@ -2,11 +2,15 @@
 
 ``span_critical_path(source, span)`` picks the span (an id, a tag or tags, or None for
 the latest top-level span), takes the task-stream records of its subtree and walks
-back from its last task. ``path_frame`` lays the steps out as a table.
+back from its last task. ``span_critical_paths(source, ids)`` walks several spans from
+one read of the spans and one of the task stream (what the Span Tree's path lengths
+ask for, every finished span of a session at once). ``path_frame`` lays the steps out
+as a table.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +32,50 @@ def span_critical_path(
     stop = max(s.stop for s in chosen)
     if runs is None:
         runs = source.task_runs(ids, start=enqueued)  # tasks that ended since it began
+    return _walk(runs, enqueued, stop)
+
+
+def span_critical_paths(
+    source: DiagnosticsSource, span_ids: Iterable[str]
+) -> dict[str, CriticalPath | str]:
+    """The critical paths of the spans with these ids, each as ``span_critical_path``
+    walks it, from one read of the spans and one of the task stream (from the
+    earliest span's start): a read per span held the engine's loop once per span. A
+    span that cannot be walked (unknown id, a stream without dependencies) gets the
+    reason instead, as a str."""
+    ids = list(dict.fromkeys(span_ids))
+    by_id = {s.id: s for s in source.spans(refresh=False)}
+    out: dict[str, CriticalPath | str] = {
+        i: f"span={i!r}: no span has this id (it may have been forgotten)"
+        for i in ids
+        if i not in by_id
+    }
+    wanted = [by_id[i] for i in ids if i in by_id]
+    if not wanted:
+        return out
+    subtrees = {s.id: subtree_ids(by_id, [s.id]) for s in wanted}
+    needed = set().union(*subtrees.values())
+    by_span: defaultdict[str | None, list[TaskStreamRecord]] = defaultdict(list)
+    for r in source.task_stream(start=min(s.enqueued for s in wanted)):
+        if r.status == "OK" and r.span_id in needed:
+            by_span[r.span_id].append(r)
+    for s in wanted:
+        # what task_runs(subtree, start=s.enqueued) would have given
+        records = [
+            r
+            for i in subtrees[s.id]
+            for r in by_span.get(i, ())
+            if max((ss.stop for ss in r.startstops), default=s.enqueued) >= s.enqueued
+        ]
+        records.sort(key=lambda r: r.index)
+        try:
+            out[s.id] = _walk(task_runs(records), s.enqueued, s.stop)
+        except ValueError as exc:
+            out[s.id] = str(exc)
+    return out
+
+
+def _walk(runs: Sequence[TaskRun], enqueued: float, stop: float) -> CriticalPath:
     if runs and all(r.sent is None and not r.dependencies for r in runs):
         raise ValueError(
             "This cluster's task stream does not say which tasks each task depended on "
@@ -63,14 +111,19 @@ def select_spans(spans: Sequence[SpanInfo], span: Any) -> tuple[list[SpanInfo], 
             f"span={span!r}: give a span's id, a tag or a tuple of tags (a str or "
             "tuple of str), or None for the latest top-level span."
         )
+    return chosen, subtree_ids(by_id, [s.id for s in chosen])
+
+
+def subtree_ids(by_id: dict[str, SpanInfo], roots: Iterable[str]) -> set[str]:
+    """The ids of these spans and of every span under them."""
     ids: set[str] = set()
-    todo = [s.id for s in chosen]
+    todo = list(roots)
     while todo:
         i = todo.pop()
         if i not in ids and i in by_id:
             ids.add(i)
             todo.extend(by_id[i].children)
-    return chosen, ids
+    return ids
 
 
 def task_runs(records: Iterable[TaskStreamRecord]) -> list[TaskRun]:
