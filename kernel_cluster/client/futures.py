@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, NoReturn, Protocol
 
 from ..core.keys import Key
 from ..engine.secede import while_waiting
-from .timeouts import check_timeout
+from .timeouts import check_timeout, timeout_text
 
 
 def task_error(state: Any) -> BaseException:
@@ -61,6 +61,7 @@ class FutureOwner(Protocol):
     ) -> None: ...
     def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict[Key, Any]: ...
     async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]: ...
+    def _describe_task(self, key: Key) -> str: ...
     async def _describe_task_async(self, key: Key) -> str: ...
     def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
 
@@ -212,7 +213,8 @@ class Future:
         except TimeoutError:
             doing = await client._describe_task_async(key)
             raise TimeoutError(
-                f"Future {key!r} is not done after the timeout of {timeout:g} s: {doing}. "
+                f"Future {key!r} is not done after the timeout of {timeout_text(timeout or 0.0)}: "
+                f"{doing}. "
                 "The task goes on; await it again, or cancel it."
             ) from None
         if state.status == "error":
@@ -312,7 +314,7 @@ def wait(
     elif futures and not any(f.done() for f in futures):
         first = as_completed(futures)
         try:
-            next(first.iter(timeout))
+            next(first.iter(timeout, again="wait again"))
         except StopIteration:
             pass
     done = {f for f in futures if f.done()}
@@ -325,6 +327,7 @@ class as_completed:
     def __init__(self, futures: Iterable[Future] = (), with_results: bool = False):
         self._queue: queue.SimpleQueue[Future] = queue.SimpleQueue()
         self._pending = 0
+        self._added: list[Future] = []  # to say what one not done is doing, on a timeout
         self._lock = threading.Lock()
         self.with_results = with_results
         for f in futures:
@@ -338,6 +341,8 @@ class as_completed:
             )
         with self._lock:
             self._pending += 1
+            self._added = [f for f in self._added if not f.done()]
+            self._added.append(future)
         future.client._on_done(future._state, lambda: self._queue.put(future))
 
     def count(self) -> int:
@@ -346,9 +351,10 @@ class as_completed:
     def is_empty(self) -> bool:
         return self._pending == 0
 
-    def iter(self, timeout: float | None = None) -> Iterator[Any]:
+    def iter(self, timeout: float | None = None, again: str = "iterate again") -> Iterator[Any]:
         """The futures as they finish (with ``with_results``: ``(future, result)``
-        pairs); ``TimeoutError`` if none finishes within ``timeout`` seconds."""
+        pairs); ``TimeoutError`` if none finishes within ``timeout`` seconds (its
+        advice: ``again``, or cancel them)."""
         timeout = check_timeout(timeout)
         while True:
             with self._lock:
@@ -358,7 +364,7 @@ class as_completed:
                 with while_waiting():  # a task waiting here lets others have its thread
                     future = self._queue.get(timeout=timeout)
             except queue.Empty:
-                raise TimeoutError(f"No future finished within {timeout} s.") from None
+                raise self._timed_out(timeout, again) from None
             with self._lock:
                 self._pending -= 1
             if self.with_results:
@@ -368,6 +374,21 @@ class as_completed:
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter()
+
+    def _timed_out(self, timeout: float | None, again: str) -> TimeoutError:
+        """No future finished within ``timeout``: say so, and what the task of the
+        first one not done is doing (as ``result`` and ``wait`` do)."""
+        with self._lock:
+            late = [f for f in self._added if not f.done()]
+        given = timeout_text(timeout or 0.0)
+        if not late:
+            return TimeoutError(f"No future finished within the timeout of {given}.")
+        first = late[0]
+        return TimeoutError(
+            f"None of the {len(late)} futures not done finished within the timeout of "
+            f"{given}; the first, {first.key!r}: {first.client._describe_task(first.key)}. "
+            f"The tasks go on; {again}, or cancel them."
+        )
 
 
 class UserCallback:

@@ -27,7 +27,7 @@ from .futures import (
     UserCallback,
     run_callback,
 )
-from .timeouts import check_timeout
+from .timeouts import check_timeout, timeout_text
 
 
 def _wait(event: threading.Event, timeout: float | None) -> bool:
@@ -219,7 +219,7 @@ class FutureRegistry:
         if event is not None and not _wait(event, timeout):
             given = timeout if asked is None else asked
             raise TimeoutError(
-                f"Future {key!r} is not done after the timeout of {given:g} s: "
+                f"Future {key!r} is not done after the timeout of {timeout_text(given or 0.0)}: "
                 f"{self.describe(key)}. The task goes on; wait again, or cancel it."
             )
         if self.hook_runs:
@@ -259,8 +259,8 @@ class FutureRegistry:
                     what = f"; the first, {keys[late[0]]!r}: {self.describe(keys[late[0]])}"
                 raise TimeoutError(
                     f"{len(late)} of the {len(states)} futures are not done after the "
-                    f"timeout of {timeout:g} s{what}. The tasks go on; gather again, or "
-                    "cancel them."
+                    f"timeout of {timeout_text(timeout or 0.0)}{what}. The tasks go on; "
+                    "gather again, or cancel them."
                 )
         if self.hook_runs:
             self.wait_hooks([st for st in states if st.done()])

@@ -26,3 +26,8 @@ def check_timeout(timeout: Any) -> float | None:
     if not seconds >= 0:  # negative or NaN
         raise ValueError(f"timeout={timeout!r}: give a number of seconds >= 0, or None.")
     return None if seconds == math.inf else seconds
+
+
+def timeout_text(seconds: float) -> str:
+    """A timeout as every wait's error names it: "0.2 s", "3 s", "1.5 s"."""
+    return f"{seconds:g} s"

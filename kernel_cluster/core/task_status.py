@@ -26,7 +26,7 @@ def task_status(tasks: Mapping[Any, TaskState], key: Any) -> str:
         return "the scheduler no longer holds it (released or forgotten)"
     state = ts.state
     if state == "processing" and ts.processing_on is not None:
-        return f"it is running (or about to) on worker {ts.processing_on.address}"
+        return _processing(ts)
     if state == "waiting":
         inputs = [repr(d.key) for d in ts.waiting_on]
         if inputs:
@@ -43,3 +43,42 @@ def task_status(tasks: Mapping[Any, TaskState], key: Any) -> str:
     if state == "erred":
         return "it has failed; the error is on its way to the client"
     return f"its state on the scheduler is {state!r}"
+
+
+def _processing(ts: TaskState) -> str:
+    """Sent to a worker: what the scheduler knows of why it may not run yet there
+    (a task may be sent ahead of its inputs; a worker tells it of each input it
+    fetched, and of pausing; of its queue, it knows how many tasks it sent past the
+    threads)."""
+    ws = ts.processing_on
+    assert ws is not None
+    where = f"worker {ws.address}"
+    computing = [repr(d.key) for d in ts.dependencies if d.state != "memory"]
+    fetching = [repr(d.key) for d in ts.dependencies if d.state == "memory" and ws not in d.who_has]
+    if computing:  # sent ahead of its inputs, to the worker that will have them
+        return (
+            f"it was sent to {where}, where it waits for {len(computing)} input(s) "
+            f"still being computed: {_names(computing)}"
+        )
+    if ws.paused:
+        return (
+            f"it was sent to {where}, which is paused (its memory is past the pause "
+            "fraction): it runs once the worker frees memory, or is moved if it leaves"
+        )
+    if fetching:
+        return (
+            f"it was sent to {where}, which fetches {len(fetching)} of its input(s) from "
+            f"other workers before it can run: {_names(fetching)}"
+        )
+    busy = len(ws.processing)
+    if busy > ws.nthreads:
+        return (
+            f"it was sent to {where}, whose {ws.nthreads} thread(s) have {busy} tasks: "
+            "it runs, or waits there for a free thread"
+        )
+    if ws.running_cancelled:
+        return (
+            f"it was sent to {where}, whose threads still run {len(ws.running_cancelled)} "
+            "cancelled task(s): it runs once one ends"
+        )
+    return f"it is running on {where} (or about to start)"

@@ -23,12 +23,30 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
-from .comm import TOKEN_ENV, secret_from_env, secret_from_file, secret_from_stdin
+from .comm import (
+    TOKEN_ENV,
+    secret_from_env,
+    secret_from_file,
+    secret_from_stdin,
+)
 from .config import WorkerConfig
 from .leftovers import remove_cluster_directory, write_owner_file
 from .shared_memory import remove_segments_of
 from .worker_process import serve
+
+_GIVE_SECRET = (
+    "Give the cluster's secret (hex, as KernelCluster makes it) on standard input "
+    f"with --token-stdin (preferred), in a file with --token-file PATH, or in ${TOKEN_ENV}"
+)
+
+
+def _fail(message: str) -> NoReturn:
+    """A one-line error and exit status 2, as argparse's, without its 25-line usage
+    (which would hide the line that matters)."""
+    print(f"kernel-cluster-worker: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,22 +70,28 @@ def main(argv: list[str] | None = None) -> int:
         config = WorkerConfig.from_namespace(args)
     except ValueError as exc:
         parser.error(str(exc))
+    scheme, _, location = args.address.partition("://")
+    if scheme != "tcp" or ":" not in location:
+        _fail(
+            f"address {args.address!r}: a worker process joins its scheduler at "
+            "tcp://HOST:PORT (a KernelCluster's scheduler_address)"
+        )
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     secret: bytes | None
-    if args.token_stdin:
-        secret = secret_from_stdin()
-    elif args.token_file:
-        secret = secret_from_file(args.token_file)
-    else:
-        secret = secret_from_env()
-    # read once: tasks, and the processes they start, inherit the environment
-    os.environ.pop(TOKEN_ENV, None)
+    try:
+        if args.token_stdin:
+            secret = secret_from_stdin()
+        elif args.token_file:
+            secret = secret_from_file(args.token_file)
+        else:
+            secret = secret_from_env()
+    except (OSError, ValueError) as exc:  # a missing file, not hex, too short
+        _fail(f"cannot read the cluster's secret: {exc}. {_GIVE_SECRET}")
+    finally:
+        # read once: tasks, and the processes they start, inherit the environment
+        os.environ.pop(TOKEN_ENV, None)
     if secret is None:
-        print(
-            f"kernel-cluster-worker: no secret; set {TOKEN_ENV} or pass --token-file.",
-            file=sys.stderr,
-        )
-        return 2
+        _fail(f"no secret given. {_GIVE_SECRET}")
     if config.local_directory is None:
         import tempfile
 

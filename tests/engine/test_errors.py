@@ -284,6 +284,29 @@ def test_a_timeout_names_the_timeout_given_and_what_the_task_is_doing(client, cl
     nowhere.cancel()
 
 
+def test_first_completed_and_as_completed_timeouts_say_what_a_task_is_doing(
+    client, cluster, new_event
+):
+    """A user trial: ``wait(..., return_when=FIRST_COMPLETED)`` and ``as_completed``
+    said "No future finished within 1.0 s." (no state, another format); now as
+    ``result`` and ``wait`` say it."""
+    event = new_event()
+    running = client.submit(blocked_until, event, 2)
+    wait_for(lambda: on_loop(cluster, _running_on, cluster, running.key), 30, "it to run")
+    worker = on_loop(cluster, _running_on, cluster, running.key)
+    with pytest.raises(TimeoutError) as info:
+        wait([running], timeout=1, return_when="FIRST_COMPLETED")
+    text = str(info.value)
+    assert "timeout of 1 s" in text and worker in text and "wait again" in text, text
+    with pytest.raises(TimeoutError) as info:
+        next(as_completed([running]).iter(timeout=0.25))
+    text = str(info.value)
+    assert "timeout of 0.25 s" in text and repr(running.key) in text and worker in text, text
+    assert "iterate again" in text, text
+    event.set()
+    assert running.result(timeout=60) == 2
+
+
 def test_gather_with_a_timeout_names_it_and_what_the_task_not_done_is_doing(
     client, cluster, new_event
 ):

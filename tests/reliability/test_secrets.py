@@ -1,4 +1,5 @@
-"""Issue 32.10: the cluster's token does not reach tasks or what they start.
+"""Issue 32.10: the cluster's token does not reach tasks or what they start; the
+worker command says in one line what is wrong with the token or the address given.
 
 Before: a worker process kept ``KERNEL_CLUSTER_TOKEN`` in its environment, so every
 task could read it and every process a task started inherited it.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+
+import pytest
 
 from kernel_cluster.engine.comm import TOKEN_ENV
 
@@ -49,3 +52,36 @@ def test_the_token_leaves_no_trace_in_proc_of_a_worker_process():
             for part in ("environ", "cmdline"):
                 with open(f"/proc/{pid}/{part}", "rb") as f:
                     assert token not in f.read(), f"the token is in /proc/{pid}/{part}"
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "says"),
+    [
+        (["tcp://127.0.0.1:1"], "", "no secret given"),
+        (["tcp://127.0.0.1:1", "--token-stdin"], "not hex\n", "does not hold a hex-encoded"),
+        (["tcp://127.0.0.1:1", "--token-stdin"], "abcd\n", "is 2 bytes"),
+        (["tcp://127.0.0.1:1", "--token-file", "/no/such/file"], "", "No such file"),
+        (["127.0.0.1:1", "--token-stdin"], "", "tcp://HOST:PORT"),
+        (["inproc://x", "--token-stdin"], "", "tcp://HOST:PORT"),
+    ],
+)
+def test_the_worker_command_says_what_is_wrong_in_one_line(
+    args: list[str], stdin: str, says: str
+) -> None:
+    """A user trial: a non-hex token on stdin, a missing token file and an address
+    without tcp:// gave tracebacks; no secret named only two of the three ways."""
+    env = {k: v for k, v in os.environ.items() if k != "KERNEL_CLUSTER_TOKEN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "kernel_cluster.engine.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    err = done.stderr.strip()
+    assert done.returncode == 2, (done.returncode, err)
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("kernel-cluster-worker: error: ") and says in err, err
+    if "secret" in err:
+        assert "--token-stdin" in err and "--token-file" in err and "KERNEL_CLUSTER_TOKEN" in err
