@@ -30,9 +30,16 @@ export async function shots(page: IJupyterLabPageFixture, name: string): Promise
   await page.theme.setLightTheme();
 }
 
+/** Upload a notebook and open it. Opened with JupyterLab's document command, not
+ * Galata's file-browser walk: on a busy machine its click on the breadcrumbs' home
+ * could be lost while the listing refreshed, and it waited for ever for the home
+ * listing (lab_defects 7 in a fresh-clone run with two CPU-bound jobs beside it). */
 export async function openNotebook(page: IJupyterLabPageFixture, tmpPath: string, name: string): Promise<void> {
   await page.contents.uploadFile(path.resolve(__dirname, '..', 'notebooks', name), `${tmpPath}/${name}`);
-  await page.notebook.openByPath(`${tmpPath}/${name}`);
+  await page.evaluate(async (where) => {
+    await (window as any).jupyterapp.commands.execute('docmanager:open', { path: where, factory: 'Notebook' });
+  }, `${tmpPath}/${name}`);
+  await page.getByRole('main').getByRole('tab', { name: new RegExp(`^${name.replace('.', '\\.')}`) }).last().waitFor({ state: 'visible' });
   await page.notebook.activate(name);
 }
 

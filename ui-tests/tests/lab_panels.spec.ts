@@ -6,6 +6,7 @@ import { expect, galata, test, type IJupyterLabPageFixture } from '@jupyterlab/g
 import type { Locator } from '@playwright/test';
 import * as fs from 'fs';
 import * as path from 'path';
+import { openNotebook } from './lab_helpers';
 
 const artifacts = path.resolve(__dirname, '..', 'artifacts');
 const PANELS = 'lab_panels.ipynb';
@@ -38,12 +39,6 @@ function record(values: Record<string, unknown>): void {
 async function shot(page: IJupyterLabPageFixture, name: string): Promise<void> {
   fs.mkdirSync(artifacts, { recursive: true });
   await page.screenshot({ path: path.join(artifacts, `lab-${name}.png`) });
-}
-
-async function openNotebook(page: IJupyterLabPageFixture, tmpPath: string, name: string): Promise<void> {
-  await page.contents.uploadFile(path.resolve(__dirname, '..', 'notebooks', name), `${tmpPath}/${name}`);
-  await page.notebook.openByPath(`${tmpPath}/${name}`);
-  await page.notebook.activate(name);
 }
 
 function panel(page: IJupyterLabPageFixture, view: string, notebook = PANELS): Locator {
