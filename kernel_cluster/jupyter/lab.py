@@ -120,7 +120,8 @@ def cluster_summary(source: DiagnosticsSource, info: ClusterInfo | None = None) 
         "tasks": {
             "in_flight": now["processing"],
             "waiting": now["waiting"] + now["queued"] + now["no-worker"],
-            "done": ever["memory"] + ever["forgotten"],
+            # released: a result dropped once nothing needed it (widgets/src/spanTree.ts)
+            "done": ever["memory"] + ever["forgotten"] + ever["released"],
             "erred": ever["erred"],
         },
         "spans": [{"id": s.id, "name": list(s.name)} for s in running[-CURRENT_SPANS:]],
