@@ -34,7 +34,8 @@ Browser -> kernel, validated here (anything else is logged and dropped):
 
 - ``{"type": "refresh"}``: send everything again (a new page, or a lost delta);
 - ``{"type": "subscribe", "feeds": [...]}``: the optional feeds the open panels
-  need (``tasks``, ``profile``); metrics, spans and progress always flow, so the
+  need (``tasks``, ``profile``, ``workers``, ``compare``: the runs to choose from,
+  sent again as ``{"type": "compare", "runs": [...]}`` when a run is recorded); metrics, spans and progress always flow, so the
   fine metrics, span tree and progress panels fill at once even while a cell runs
   (the kernel reads browser messages only between cells; it sends from a thread);
 - ``{"type": "profile", "prefix": str, "start": float | None, "stop": float | None}``;
@@ -87,9 +88,10 @@ VIEWS = (
 )
 MODES = ("split-right", "split-left", "split-top", "split-bottom", "tab-after", "tab-before")
 BASE_FEEDS = ("metrics", "spans", "progress")
-OPTIONAL_FEEDS = ("tasks", "profile", "workers")
+OPTIONAL_FEEDS = ("tasks", "profile", "workers", "compare")
 INTERVAL = 0.5  # seconds between two looks at the cluster
 STATUS_INTERVAL = 1.0  # seconds between two status messages (and memory samples)
+RUNS_INTERVAL = 2.0  # seconds between two looks for new runs, while a Compare panel is open
 MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
 CURRENT_SPANS = 8  # how many running spans the sidebar lists
 PING_SECONDS = 5.0  # how often a page pings (labextension/src/connection.ts)
@@ -198,6 +200,9 @@ class Channel:
         self.profile = {"prefix": "", "start": None, "stop": None}
         self.publishers: dict[str, Publisher] = {}
         self.last_status: dict[str, Any] | None = None
+        # the runs the Compare panel was last sent, and whether it has a comparison
+        self.compare_runs: list[dict[str, str]] | None = None
+        self.compared = False
         self.sent_bytes = 0
         self.sent_messages = 0
         self.closed = False
@@ -296,16 +301,30 @@ class Channel:
                 if "workers" in self.optional:  # the worker table, without waiting a second
                     self.last_status = None
                     self.hub.status_now()
-            elif kind == "compare":  # asked by the Compare panel: answered once
+            elif kind == "compare":  # asked by the Compare panel; new runs follow
                 from .compare import state
 
-                self.send({"type": "compare", **state(self.hub.source, request["a"], request["b"])})
+                answer = state(self.hub.source, request["a"], request["b"])
+                self.compare_runs = answer["runs"]
+                self.compared = answer["data"] is not None
+                self.send({"type": "compare", **answer})
             elif kind == "profile":
                 self.profile = {k: request[k] for k in ("prefix", "start", "stop")}
                 self._select_profile()
                 waiting = self.publishers.get("profile")
                 if waiting is not None:  # someone is waiting for this one: no rate bound
                     waiting.tick(force=True)
+
+    def offer_runs(self, runs: list[dict[str, str]]) -> None:
+        """A Compare panel is open here: the runs to choose from, when they changed."""
+        from .compare import runs_update
+
+        with self._lock:
+            if runs != self.compare_runs:
+                self.compare_runs = runs
+                message = runs_update(self.hub.source, runs, self.compared)
+                self.compared = self.compared or message.get("data") is not None
+                self.send({"type": "compare", **message})
 
     def stale(self, now: float, newest: float) -> bool:
         """Its page is gone: silent for ``STALE_SECONDS``, though a page pings every
@@ -350,6 +369,7 @@ class Hub:
         self.memory: collections.deque[list[float]] = collections.deque(maxlen=MEMORY_SAMPLES)
         self.status: dict[str, Any] = {"cluster": None, "memory": None}
         self._last_status_at = -math.inf
+        self._last_runs_at = -math.inf
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -401,7 +421,7 @@ class Hub:
                 return
             self.source = source
             self.memory.clear()
-            self._last_status_at = -math.inf
+            self._last_status_at = self._last_runs_at = -math.inf
             for channel in self.channels:
                 channel.bind(source)
             if source is not None and not self.channels and in_notebook():
@@ -479,6 +499,19 @@ class Hub:
             self.remove(channel)
             channel.close()
 
+    def _offer_runs(self, channels: list[Channel]) -> None:
+        """Every few seconds, the runs to choose from to the open Compare panels."""
+        comparing = [c for c in channels if "compare" in c.optional]
+        now = time.monotonic()
+        if not comparing or now - self._last_runs_at < RUNS_INTERVAL:
+            return
+        self._last_runs_at = now
+        from .compare import run_choices
+
+        runs = run_choices(self.source)
+        for channel in comparing:
+            channel.offer_runs(runs)
+
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL):
             self._close_stale()
@@ -488,6 +521,10 @@ class Hub:
                     self._thread = None
                     return
                 self._refresh_status()
+            try:
+                self._offer_runs(channels)
+            except Exception:  # the run history unreadable, the cluster closing
+                logger.debug("Could not offer the runs to compare", exc_info=True)
             for channel in channels:
                 try:
                     self.send_status(channel)

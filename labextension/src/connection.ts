@@ -21,7 +21,7 @@ import { isMode, isView, type Mode, type View } from './views';
 export const TARGET = 'kernel-cluster-lab';
 const PROTOCOL = 1;
 
-export type Feed = 'tasks' | 'profile' | 'workers';
+export type Feed = 'tasks' | 'profile' | 'workers' | 'compare';
 
 /** Seconds between two pings (kernel_cluster/jupyter/lab.py closes a channel
  * silent for several of them). */
