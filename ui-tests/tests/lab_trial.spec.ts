@@ -1,0 +1,107 @@
+// What a user trial of the panels (wheel in a fresh venv, JupyterLab, Chromium) found
+// after issue 28's fixes, each as the user met it. Screenshots: artifacts/lab-trial-*.png.
+import { expect, test, type IJupyterLabPageFixture } from '@jupyterlab/galata';
+import { command, openNotebook, openSidebar, panel, PANELS, shot, shutdownKernels, sidebar } from './lab_helpers';
+
+test.use({ autoGoto: true, viewport: { width: 1600, height: 1000 } });
+test.setTimeout(240000); // a shared machine: kernels, clusters and busy cells take their time
+
+test.afterEach(async ({ page }) => {
+  await shutdownKernels(page);
+});
+
+async function cluster(page: IJupyterLabPageFixture, tmpPath: string): Promise<void> {
+  await openNotebook(page, tmpPath, PANELS);
+  await page.notebook.runCell(0);
+  await page.notebook.runCell(1);
+}
+
+/** Add a code cell at the end of the notebook and run it (the notebook in front). */
+async function run(page: IJupyterLabPageFixture, code: string): Promise<void> {
+  await page.notebook.activate(PANELS);
+  await page.notebook.addCell('code', code);
+  const n = await page.notebook.getCellCount();
+  await page.notebook.runCell(n - 1);
+}
+
+async function openView(page: IJupyterLabPageFixture, tmpPath: string, view: string, extra: Record<string, unknown> = {}): Promise<void> {
+  await command(page, 'kernel-cluster:open', { view, path: `${tmpPath}/${PANELS}`, ...extra });
+  await expect(panel(page, view)).toBeVisible({ timeout: 30000 });
+}
+
+test('1. the Compare panel offers runs recorded after it opened', async ({ page, tmpPath }) => {
+  await cluster(page, tmpPath);
+  await openView(page, tmpPath, 'compare');
+  const compare = panel(page, 'compare');
+  await expect(compare.locator('select.kc-pick-b option')).toHaveCount(1, { timeout: 30000 }); // etl
+  await run(page, 'with span("second"):\n    client.gather(client.map(crunch, client.map(load, range(100, 108))))');
+  // the panel's menus get the new run on their own, and with two runs, compare them
+  await expect(compare.locator('select.kc-pick-b option', { hasText: 'second' })).toHaveCount(1, { timeout: 20000 });
+  await expect(compare.locator('select.kc-pick-a option')).toHaveCount(2);
+  await expect(compare.locator('.kc-side-b')).toContainText('second', { timeout: 20000 });
+  await shot(page, 'trial-compare');
+});
+
+test('2. after a new Client, a span selection that no longer exists is dropped, and the panel says so', async ({ page, tmpPath }) => {
+  await cluster(page, tmpPath);
+  await openView(page, tmpPath, 'fine-metrics');
+  const fm = panel(page, 'fine-metrics');
+  const spanSelect = fm.locator('select.kc-span');
+  await expect(spanSelect.locator('option[value="tag:load"]')).toHaveCount(1, { timeout: 30000 });
+  await spanSelect.selectOption('tag:load');
+  await expect(fm.locator('[data-panel="by-function"] g.kc-row')).toHaveCount(1);
+  await run(page, 'client.close()\nclient = Client(KernelCluster(n_workers=1, threads_per_worker=2))\nclient.gather(client.map(crunch, [b"abc"] * 4))');
+  await expect(spanSelect).toHaveValue('', { timeout: 30000 });
+  await expect(fm.locator('.kc-notice')).toContainText('no longer exists');
+  await expect(fm.locator('[data-panel="by-function"] g[data-label="crunch"]')).toBeVisible({ timeout: 30000 });
+  await shot(page, 'trial-span-dropped');
+});
+
+test('3. the Span Tree counts tasks whose results were released as done', async ({ page, tmpPath }) => {
+  await cluster(page, tmpPath);
+  await run(page, 'del raw, done  # the results are released');
+  await openView(page, tmpPath, 'span-tree');
+  const etl = panel(page, 'span-tree').locator('.kc-tree-row', { hasText: 'etl' }).first();
+  await expect(etl).toContainText('49/49 tasks', { timeout: 30000 });
+  await shot(page, 'trial-span-tree');
+});
+
+test('4. Progress shows the last work once its results are released', async ({ page, tmpPath }) => {
+  await cluster(page, tmpPath);
+  await run(page, 'del raw, done  # the results are released');
+  await openView(page, tmpPath, 'progress');
+  const progress = panel(page, 'progress');
+  await expect(progress.locator('.kc-progress-row[data-prefix="load"] .kc-progress-count')).toHaveText('24 / 24', { timeout: 30000 });
+  await expect(progress.locator('.kc-progress-row[data-prefix="crunch"] .kc-progress-count')).toHaveText('24 / 24');
+  await expect(progress.locator('.kc-empty')).toHaveCount(0);
+  await shot(page, 'trial-progress');
+});
+
+test('5. the sidebar drops the old cluster when the kernel restarts', async ({ page, tmpPath }) => {
+  await cluster(page, tmpPath);
+  await openSidebar(page);
+  const workers = sidebar(page).locator('tr[data-fact="workers"] td');
+  await expect(workers).toHaveText('2', { timeout: 30000 });
+  await page.notebook.activate(PANELS);
+  await command(page, 'notebook:restart-kernel', {}, false);
+  await page.locator('.jp-Dialog .jp-Dialog-button.jp-mod-accept').click();
+  await expect(sidebar(page).locator('.kc-lab-state')).toContainText(/kernel (is restarting|restarted)/i, { timeout: 30000 });
+  await expect(sidebar(page).locator('tr[data-fact]')).toHaveCount(0);
+  await shot(page, 'trial-sidebar-restarted');
+});
+
+test('6. show() brings a view already open to the front, the notebook keeping the focus', async ({ page, tmpPath }) => {
+  await cluster(page, tmpPath);
+  await run(page, 'import kernel_cluster\nkernel_cluster.show("fine-metrics")');
+  const fm = panel(page, 'fine-metrics');
+  await expect(fm).toBeVisible({ timeout: 30000 });
+  // another view as a tab over it
+  const ref = await fm.getAttribute('id');
+  await openView(page, tmpPath, 'progress', { mode: 'tab-after', ref });
+  await expect(fm).toBeHidden();
+  await run(page, 'kernel_cluster.show("fine-metrics")');
+  await expect(fm).toBeVisible({ timeout: 30000 });
+  const current = await page.evaluate(() => (window as any).jupyterapp.shell.currentWidget?.node.classList.contains('jp-NotebookPanel'));
+  expect(current).toBe(true);
+  await shot(page, 'trial-show-front');
+});
