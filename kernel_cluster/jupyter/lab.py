@@ -35,9 +35,9 @@ Browser -> kernel, validated here (anything else is logged and dropped):
 - ``{"type": "refresh"}``: send everything again (a new page, or a lost delta);
 - ``{"type": "subscribe", "feeds": [...]}``: the optional feeds the open panels
   need (``tasks``, ``profile``, ``workers``, ``compare``: the runs to choose from,
-  sent again as ``{"type": "compare", "runs": [...]}`` when a run is recorded); metrics, spans and progress always flow, so the
-  fine metrics, span tree and progress panels fill at once even while a cell runs
-  (the kernel reads browser messages only between cells; it sends from a thread);
+  sent again as ``{"type": "compare", "runs": [...]}`` when a run is recorded);
+  metrics, spans and progress always flow, so their panels fill at once even while
+  a cell runs (the kernel reads browser messages only between cells; it sends from a thread);
 - ``{"type": "profile", "prefix": str, "start": float | None, "stop": float | None}``;
 - ``{"type": "ping"}``, every few seconds while the page lives: a channel that has
   not pinged for ``STALE_SECONDS`` is closed (its page was reloaded or closed, and a
