@@ -201,13 +201,16 @@ export class ClusterConnection {
     this.setState('no-package');
   }
 
-  /** Forget what this kernel sent: its cluster is gone. */
+  /** Forget what this kernel sent: its cluster is gone, and what the sidebar's last
+   * control did to it ("Started a cluster of 2 workers") with it; a control still
+   * pending gets no answer from the process that went. */
   private reset(): void {
     this.dropComm();
     this.store = new Store();
     this.cluster = null;
     this.memory = [];
     this.workers = [];
+    this.control = { pending: null, error: null, done: null };
     this.subscribed = '';
     this.askedRefresh = false;
   }
