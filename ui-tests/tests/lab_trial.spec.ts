@@ -16,7 +16,8 @@ async function cluster(page: IJupyterLabPageFixture, tmpPath: string): Promise<v
   await page.notebook.runCell(1);
 }
 
-/** Add a code cell at the end of the notebook and run it (the notebook in front). */
+/** Add a code cell at the end of the notebook and run it (the notebook in front).
+ * The editor indents after a line ending in a colon: one body line there, at the end. */
 async function run(page: IJupyterLabPageFixture, code: string): Promise<void> {
   await page.notebook.activate(PANELS);
   await page.notebook.addCell('code', code);
@@ -62,7 +63,7 @@ test('3. the Span Tree counts tasks whose results were released as done', async 
   await cluster(page, tmpPath);
   // only the last result is kept: the scheduler releases the 60 inputs once the sum
   // has them, and keeps them released while the sum (their dependent) lives
-  await run(page, 'with span("pipeline"):\n    final = client.submit(sum, client.map(crunch, client.map(load, range(200, 230))))\nfinal.result()');
+  await run(page, 'with span("pipeline"): final = client.submit(sum, client.map(crunch, client.map(load, range(200, 230))))\nfinal.result()');
   await openView(page, tmpPath, 'span-tree');
   const pipeline = panel(page, 'span-tree').locator('.kc-tree-row[data-name="pipeline"]');
   await expect(pipeline).toContainText('61/61 tasks', { timeout: 30000 });
