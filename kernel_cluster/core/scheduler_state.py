@@ -170,6 +170,7 @@ class SchedulerState:
         self._stimulus_id = ""
         self._time = 0.0  # of the event being handled
         self.n_pending = 0  # tasks waiting, queued or processing
+        self._last_work_kept = False  # some prefix holds finished counts
         self.busy = False
         self.holds_queued = False  # ready tasks wait in ``queued`` (workers are told)
         self.last_span: Any = None  # of the task that finished last (told when quiet)
@@ -327,6 +328,8 @@ class SchedulerState:
     def _new_task(
         self, key: Key, spec: Any, span_id: str | None, priority: tuple[Any, ...]
     ) -> TaskState:
+        if self._last_work_kept and self.n_pending == 0:
+            self._forget_last_work()  # new work on an idle cluster: it is the last now
         pname = key_split(key)
         prefix = self.task_prefixes.get(pname)
         if prefix is None:
@@ -948,6 +951,13 @@ class SchedulerState:
         if ts.state == "released":
             self._forget(ts)
 
+    def _forget_last_work(self) -> None:
+        """Drop the counts of the finished groups kept for progress (see
+        ``TaskPrefix.finished``)."""
+        self._last_work_kept = False
+        for prefix in self.task_prefixes.values():
+            prefix.finished = {}
+
     def _forget(self, root: TaskState) -> None:
         stack = [root]
         while stack:
@@ -962,6 +972,11 @@ class SchedulerState:
             if group.n_live == 0:
                 self.task_groups.pop((group.name, group.span_id), None)
                 group.prefix.groups.remove(group)
+                finished = group.prefix.finished  # progress shows the last work
+                for state, n in group.states.items():
+                    if n:
+                        finished[state] = finished.get(state, 0) + n
+                self._last_work_kept = True
             for dts in ts.dependencies:
                 dts.discard_dependent(ts)
                 dts.discard_waiter(ts)

@@ -77,18 +77,24 @@ class TaskPrefix(_Aggregate):
     """All tasks sharing a readable prefix (``inc``), across the whole session.
 
     Durations and bytes accumulate here; state counts are summed from the live
-    groups when read, so a transition updates one counter, not two.
+    groups when read, so a transition updates one counter, not two. ``finished``:
+    the counts of its groups that died (every task forgotten) since the cluster's
+    last work began, so that progress still shows the last work once its results
+    are gone (``SchedulerState`` clears it when new work comes to an idle cluster).
     """
 
-    __slots__ = ("groups",)
+    __slots__ = ("finished", "groups")
 
     def __init__(self, name: str):
         super().__init__(name)
         self.groups: list[TaskGroup] = []
+        self.finished: dict[str, int] = {}
 
     @property
     def states(self) -> dict[str, int]:  # type: ignore[override]  # read-only: the sum of its groups'
         total: dict[str, int] = dict.fromkeys(ALL_STATES, 0)
+        for state, n in self.finished.items():
+            total[state] += n
         for group in self.groups:
             for state, n in group.states.items():
                 total[state] += n

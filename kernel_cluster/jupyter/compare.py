@@ -111,6 +111,17 @@ def state(source: DiagnosticsSource | None, a: str | None, b: str | None) -> dic
     return out
 
 
+def runs_update(
+    source: DiagnosticsSource | None, runs: list[dict[str, str]], compared: bool
+) -> dict[str, Any]:
+    """What an open Compare panel is sent when the runs changed (a span finished, a
+    run was stored): the runs, or, with nothing compared yet, the default pair's
+    state (the latest two runs, now that there may be two)."""
+    if compared:
+        return {"runs": runs}
+    return state(source, None, None)
+
+
 class Compare(anywidget.AnyWidget):
     """Two runs compared, ``b`` against the baseline ``a`` (see ``kernel_cluster.compare``
     for what they may be; None for both: the last pair compared, or the two latest

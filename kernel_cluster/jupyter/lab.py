@@ -5,15 +5,12 @@ JupyterLab's extension (``labextension/``) keeps one connection per notebook
 kernel, shared by the sidebar and every panel of that notebook. Either side may
 open it, on the comm target ``kernel-cluster-lab``:
 
-- the browser opens it when it meets a kernel (a notebook opened, a page
-  reloaded, a kernel restarted); a kernel that has not imported kernel_cluster
-  closes it, and the panels say how to start a cluster;
-- the kernel opens it (``announce``) when kernel_cluster is imported and when a
-  Client starts with no browser listening, so that panels opened before the
-  cluster existed connect on their own.
+- the browser when it meets a kernel (a notebook opened, a page reloaded, a kernel
+  restarted); a kernel without kernel_cluster imported closes it;
+- the kernel (``announce``) when kernel_cluster is imported and when a Client starts
+  with no browser listening: panels opened before the cluster connect by themselves.
 
 Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
-
 - ``{"type": "hello", "protocol": 1}`` once a channel is open;
 - ``{"type": "status", "cluster": {...} | None, "memory": [...] | None}``: the
   sidebar's summary (``cluster_summary``), at most once a second when it changed;
@@ -24,37 +21,33 @@ Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
 - ``{"type": "control", "request": ..., "ok": bool, "message": str}``: how a cluster
   control went (``cluster_controls.py``).
 
-The status's ``cluster`` also names the engine, the scheduler's address and its
-dashboard, and what the sidebar's controls may do; a channel subscribed to
-``workers`` gets the worker table's rows in its status (``worker_table.py``).
 - ``{"type": "compare", "runs", "a", "b", "data", "error"}``: the Compare panel's
   state, in answer to its request (``compare.state``).
+
+The status's ``cluster`` names the engine, the scheduler and its dashboard, and what
+the sidebar's controls may do; with ``workers``, the worker table's rows too.
 
 Browser -> kernel, validated here (anything else is logged and dropped):
 
 - ``{"type": "refresh"}``: send everything again (a new page, or a lost delta);
 - ``{"type": "subscribe", "feeds": [...]}``: the optional feeds the open panels
-  need (``tasks``, ``profile``); metrics, spans and progress always flow, so the
-  fine metrics, span tree and progress panels fill at once even while a cell runs
-  (the kernel reads browser messages only between cells; it sends from a thread);
+  need (``tasks``, ``profile``, ``workers``, ``compare``: the runs to choose from,
+  sent again when a run is recorded); metrics, spans and progress always flow;
 - ``{"type": "profile", "prefix": str, "start": float | None, "stop": float | None}``;
-- ``{"type": "ping"}``, every few seconds while the page lives: a channel that has
-  not pinged for ``STALE_SECONDS`` is closed (its page was reloaded or closed, and a
-  page that goes sends no goodbye);
+- ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
+  the last pair compared, or the latest two);
+- ``explain``, ``paths``: a span's critical path, idle and findings, or spans' path
+  lengths, answered once from a thread of ``explain.py``'s (the walks take seconds);
+- ``{"type": "ping"}``, every few seconds while the page lives: a channel silent for
+  ``STALE_SECONDS`` is closed (its page went, and a page that goes says no goodbye);
 - ``start``, ``scale``, ``stop``: the sidebar's cluster controls
   (``cluster_controls.check_control``).
 
-The browser sends its messages on a kernel subshell where the kernel has them
-(ipykernel 7; JupyterLab's "comms over subshells"): they are handled on that
-subshell's thread while a cell runs on the main one, so a panel opened mid-cell gets
-its data at once. ipykernel would route a comm's browser messages to the subshell of
-whatever last sent on it (a cell, for ``announce``); ``_keep_browser_routing`` keeps
-the subshell the browser chose.
-- ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
-  the last pair compared, or the latest two).
-- ``explain``, ``paths``: a span's critical path, idle and findings, or spans' path
-  lengths, answered once, from a thread of ``explain.py``'s (never on the thread
-  that reads the browser's messages: the walks take seconds).
+The browser sends on a kernel subshell where the kernel has them (ipykernel 7), so
+its messages are handled on that subshell's thread while a cell runs on the main
+one: a panel opened mid-cell gets its data at once. ipykernel would route a comm's
+browser messages to the subshell of whatever last sent on it (a cell, for
+``announce``); ``_keep_browser_routing`` keeps the one the browser chose.
 """
 
 from __future__ import annotations
@@ -91,9 +84,10 @@ VIEWS = (
 )
 MODES = ("split-right", "split-left", "split-top", "split-bottom", "tab-after", "tab-before")
 BASE_FEEDS = ("metrics", "spans", "progress")
-OPTIONAL_FEEDS = ("tasks", "profile", "workers")
+OPTIONAL_FEEDS = ("tasks", "profile", "workers", "compare")
 INTERVAL = 0.5  # seconds between two looks at the cluster
 STATUS_INTERVAL = 1.0  # seconds between two status messages (and memory samples)
+RUNS_INTERVAL = 2.0  # seconds between two looks for new runs, while a Compare panel is open
 MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
 CURRENT_SPANS = 8  # how many running spans the sidebar lists
 PING_SECONDS = 5.0  # how often a page pings (labextension/src/connection.ts)
@@ -124,7 +118,8 @@ def cluster_summary(source: DiagnosticsSource, info: ClusterInfo | None = None) 
         "tasks": {
             "in_flight": now["processing"],
             "waiting": now["waiting"] + now["queued"] + now["no-worker"],
-            "done": ever["memory"] + ever["forgotten"],
+            # released: a result dropped once nothing needed it (widgets/src/spanTree.ts)
+            "done": ever["memory"] + ever["forgotten"] + ever["released"],
             "erred": ever["erred"],
         },
         "spans": [{"id": s.id, "name": list(s.name)} for s in running[-CURRENT_SPANS:]],
@@ -203,11 +198,13 @@ class Channel:
         self.profile = {"prefix": "", "start": None, "stop": None}
         self.publishers: dict[str, Publisher] = {}
         self.last_status: dict[str, Any] | None = None
+        # the runs last sent to the Compare panel; whether it has a comparison
+        self.compare_runs: list[dict[str, str]] | None = None
+        self.compared = False
         self.sent_bytes = 0
         self.sent_messages = 0
         self.closed = False
-        # when the page was last heard from (its comm's opening counts), and whether
-        # its messages come on a subshell
+        # when the page was last heard from (opening counts); on a subshell or not
         self.last_heard = time.monotonic()
         self.on_subshell = False
         self._lock = threading.RLock()
@@ -304,16 +301,30 @@ class Channel:
                 if "workers" in self.optional:  # the worker table, without waiting a second
                     self.last_status = None
                     self.hub.status_now()
-            elif kind == "compare":  # asked by the Compare panel: answered once
+            elif kind == "compare":  # asked by the Compare panel; new runs follow
                 from .compare import state
 
-                self.send({"type": "compare", **state(self.hub.source, request["a"], request["b"])})
+                answer = state(self.hub.source, request["a"], request["b"])
+                self.compare_runs = answer["runs"]
+                self.compared = answer["data"] is not None
+                self.send({"type": "compare", **answer})
             elif kind == "profile":
                 self.profile = {k: request[k] for k in ("prefix", "start", "stop")}
                 self._select_profile()
                 waiting = self.publishers.get("profile")
                 if waiting is not None:  # someone is waiting for this one: no rate bound
                     waiting.tick(force=True)
+
+    def offer_runs(self, runs: list[dict[str, str]]) -> None:
+        """A Compare panel is open here: the runs to choose from, when they changed."""
+        from .compare import runs_update
+
+        with self._lock:
+            if runs != self.compare_runs:
+                self.compare_runs = runs
+                message = runs_update(self.hub.source, runs, self.compared)
+                self.compared = self.compared or message.get("data") is not None
+                self.send({"type": "compare", **message})
 
     def stale(self, now: float, newest: float) -> bool:
         """Its page is gone: silent for ``STALE_SECONDS``, though a page pings every
@@ -358,6 +369,7 @@ class Hub:
         self.memory: collections.deque[list[float]] = collections.deque(maxlen=MEMORY_SAMPLES)
         self.status: dict[str, Any] = {"cluster": None, "memory": None}
         self._last_status_at = -math.inf
+        self._last_runs_at = -math.inf
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -409,7 +421,7 @@ class Hub:
                 return
             self.source = source
             self.memory.clear()
-            self._last_status_at = -math.inf
+            self._last_status_at = self._last_runs_at = -math.inf
             for channel in self.channels:
                 channel.bind(source)
             if source is not None and not self.channels and in_notebook():
@@ -487,6 +499,19 @@ class Hub:
             self.remove(channel)
             channel.close()
 
+    def _offer_runs(self, channels: list[Channel]) -> None:
+        """Every few seconds, the runs to choose from to the open Compare panels."""
+        comparing = [c for c in channels if "compare" in c.optional]
+        now = time.monotonic()
+        if not comparing or now - self._last_runs_at < RUNS_INTERVAL:
+            return
+        self._last_runs_at = now
+        from .compare import run_choices
+
+        runs = run_choices(self.source)
+        for channel in comparing:
+            channel.offer_runs(runs)
+
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL):
             self._close_stale()
@@ -496,6 +521,10 @@ class Hub:
                     self._thread = None
                     return
                 self._refresh_status()
+            try:
+                self._offer_runs(channels)
+            except Exception:  # the run history unreadable, the cluster closing
+                logger.debug("Could not offer the runs to compare", exc_info=True)
             for channel in channels:
                 try:
                     self.send_status(channel)

@@ -21,7 +21,7 @@ import { isMode, isView, type Mode, type View } from './views';
 export const TARGET = 'kernel-cluster-lab';
 const PROTOCOL = 1;
 
-export type Feed = 'tasks' | 'profile' | 'workers';
+export type Feed = 'tasks' | 'profile' | 'workers' | 'compare';
 
 /** Seconds between two pings (kernel_cluster/jupyter/lab.py closes a channel
  * silent for several of them). */
@@ -208,13 +208,16 @@ export class ClusterConnection {
     return store;
   }
 
-  /** Forget what this kernel sent: its cluster is gone. */
+  /** Forget what this kernel sent: its cluster is gone, and what the sidebar's last
+   * control did to it ("Started a cluster of 2 workers") with it; a control still
+   * pending gets no answer from the process that went. */
   private reset(): void {
     this.dropComm();
     this.store = this.newStore();
     this.cluster = null;
     this.memory = [];
     this.workers = [];
+    this.control = { pending: null, error: null, done: null };
     this.subscribed = '';
     this.askedRefresh = false;
   }

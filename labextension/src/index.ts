@@ -11,6 +11,7 @@ import { ICommandPalette, WidgetTracker } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import { DockPanel } from '@lumino/widgets';
 import { Connections } from './connections';
 import { clusterIcon } from './icon';
 import { ClusterPanel } from './panel';
@@ -75,6 +76,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return notebooks.currentWidget?.context.path ?? null;
     };
 
+    /** Make ``panel`` the tab shown in its area without activating it: asked for from
+     * a cell (``kernel_cluster.show()``), the view comes into sight while the focus
+     * stays in the notebook, where the user goes on typing, as for a view opened anew. */
+    const toFront = (panel: ClusterPanel): void => {
+      const dock = panel.parent;
+      if (!(dock instanceof DockPanel)) return; // the shell's main area is one
+      for (const bar of dock.tabBars()) {
+        if (bar.titles.includes(panel.title)) bar.currentTitle = panel.title;
+      }
+    };
+
     const find = (view: View, path: string): ClusterPanel | undefined => panels.find((p) => p.view === view && p.path === path && !p.isDisposed);
 
     /** Where a new view goes when no mode is asked: as a tab beside the panel of
@@ -92,6 +104,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const existing = find(view, path);
       if (existing?.isAttached) {
         if (activate) app.shell.activateById(existing.id);
+        else toFront(existing);
         return existing;
       }
       existing?.dispose(); // made by the restorer, then left out of the restored layout

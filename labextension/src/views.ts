@@ -32,7 +32,7 @@ export const CAPTIONS: Record<View, string> = {
 };
 
 /** Optional feeds (kernel_cluster/jupyter/lab.py OPTIONAL_FEEDS) a view needs. */
-export const FEEDS: Record<View, ('tasks' | 'profile' | 'workers')[]> = {
+export const FEEDS: Record<View, ('tasks' | 'profile' | 'workers' | 'compare')[]> = {
   'fine-metrics': [],
   'span-tree': [],
   profile: ['profile'],
@@ -40,7 +40,9 @@ export const FEEDS: Record<View, ('tasks' | 'profile' | 'workers')[]> = {
   memory: [],
   progress: [],
   workers: ['workers'],
-  compare: [], // asked for, and answered, on its own (ClusterConnection.compareBinding)
+  // its comparison is asked for on its own (ClusterConnection.compareBinding); the
+  // feed brings the runs to choose from again when a run is recorded
+  compare: ['compare'],
 };
 
 /** The renderer (widgets/src/mount.ts) that draws a view from the store; memory and

@@ -102,3 +102,10 @@ def test_tasks_with_no_worker_count_as_waiting():
     from kernel_cluster.diagnostics.queries.progress_text import summarize
 
     assert summarize({"no-worker": 2, "queued": 1})["waiting"] == 3
+
+
+def test_released_tasks_count_as_done():
+    """A finished pipeline whose intermediate results were released is 61/61 done
+    (the trial's span showed 1/61)."""
+    t = summarize({"memory": 1, "released": 60, "waiting": 0})
+    assert (t["done"], t["waiting"], t["total"]) == (61, 0, 61)

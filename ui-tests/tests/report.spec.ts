@@ -67,3 +67,22 @@ test('a performance report opens offline and shows its panels', async ({ browser
   expect(errors).toEqual([]);
   await page.context().close();
 });
+
+// the user trial: a report compared with an earlier run showed two empty run menus
+// (a report cannot compare other runs: it says which two it compares instead), and
+// its Progress said "No tasks yet" though the block ran 13 tasks
+test('a compared report shows no empty run menus, and its work in Progress', async ({ browser }) => {
+  const { page, outside, errors } = await openOffline(browser, 'make_compare_report.py', 'report-compare.html', { width: 1280, height: 1100 });
+  await expect(page.locator('#kc-report[data-ready="true"]')).toBeAttached();
+  const compare = page.locator('#compare');
+  await expect(compare.locator('.kc-verdict')).toContainText('`parse` thread-noncpu +');
+  await expect(compare.locator('.kc-side-a')).toContainText('a: etl');
+  await expect(compare.locator('select.kc-pick-a')).toBeHidden();
+  await expect(compare.locator('select.kc-pick-b')).toBeHidden();
+  await compare.screenshot({ path: path.join(artifacts, 'report-compare.png') });
+  const progress = page.locator('.kc-progress-view');
+  await expect(progress.locator('.kc-progress-row[data-prefix="parse"] .kc-progress-count')).toHaveText('12 / 12');
+  await progress.screenshot({ path: path.join(artifacts, 'report-compare-progress.png') });
+  expect(outside).toEqual([]);
+  expect(errors).toEqual([]);
+});

@@ -32,6 +32,10 @@ export class FineMetricsView {
   private functionList: CheckList;
   private activityList: CheckList;
   private legend: HTMLDivElement;
+  /** Says when a span selection was dropped because that span is gone. */
+  private notice: HTMLDivElement;
+  /** Tags seen in the spans: a tag filter is dropped only once its spans are gone. */
+  private seenTags = new Set<string>();
   private plots = new Map<string, HTMLDivElement>();
   private notes = new Map<string, HTMLSpanElement>();
   private tooltip: Tooltip;
@@ -74,6 +78,8 @@ export class FineMetricsView {
       this.activityList.root,
     );
     this.legend = h('div', { class: 'kc-legend' });
+    this.notice = h('div', { class: 'kc-notice', role: 'status' });
+    this.notice.hidden = true;
     const grid = h('div', { class: 'kc-panels' });
     for (const [, id, title] of PANELS) {
       const plot = h('div', { class: 'kc-plot' });
@@ -84,7 +90,7 @@ export class FineMetricsView {
         h('section', { class: 'kc-panel', 'data-panel': id }, h('h4', { text: title }, note), plot),
       );
     }
-    this.root.append(h('div', { class: 'kc-title', text: 'Fine performance metrics' }), controls, this.legend, grid);
+    this.root.append(h('div', { class: 'kc-title', text: 'Fine performance metrics' }), controls, this.notice, this.legend, grid);
     host.append(this.root);
     this.tooltip = new Tooltip(this.root);
     this.unsubscribe = store.subscribe(() => this.render());
@@ -115,10 +121,40 @@ export class FineMetricsView {
     this.render();
   }
 
+  /** A span selection naming a span that is no longer there (a new Client, a new
+   * cluster: other spans, other ids) would leave every panel empty: drop it and say
+   * so. Kept while no spans arrived yet (a page loading its first data), and a tag
+   * never seen (set from Python ahead of its spans). */
+  private dropGoneSelection(tags: string[]): void {
+    for (const t of tags) this.seenTags.add(t);
+    const f = this.filters.spanFilter;
+    if (!f || !this.store.spans.loaded) return;
+    let gone: string | null = null;
+    if (f.startsWith('id:') && !this.store.spans.records.has(f.slice(3))) {
+      const name = this.namesById.get(f.slice(3));
+      gone = name ? `span “${name}”` : `span ${f.slice(3, 11)}`;
+    } else if (f.startsWith('tag:') && !tags.includes(f.slice(4)) && this.seenTags.has(f.slice(4))) {
+      gone = `tag “${f.slice(4)}”`;
+    }
+    if (gone === null) return;
+    this.notice.textContent = `The ${gone} selected here no longer exists (a new client or cluster): showing all spans.`;
+    this.notice.hidden = false;
+    this.change({ spanFilter: '' });
+  }
+
+  /** Names of the spans seen, to name a selection once its span is gone. */
+  private namesById = new Map<string, string>();
+
   render(): void {
     this.drawnWidth = this.root.clientWidth;
+    for (const [id, s] of this.store.spans.records) this.namesById.set(id, s.name.join(' / '));
+    if (this.filters.spanFilter) this.notice.hidden = true;
+    const panels = computePanels(this.store.metrics, this.store.spans.records, this.filters);
+    if (this.filters.spanFilter) {
+      this.dropGoneSelection(panels.tags);
+      if (!this.filters.spanFilter) return; // change() drew again, without it
+    } else for (const t of panels.tags) this.seenTags.add(t);
     const f = this.filters;
-    const panels = computePanels(this.store.metrics, this.store.spans.records, f);
     this.panels = panels;
     const units = panels.units.includes(f.unit) ? panels.units : [f.unit, ...panels.units];
     setOptions(this.unitSelect, units.map((u) => [u, u]), f.unit);

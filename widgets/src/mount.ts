@@ -102,7 +102,11 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
   if (kind === 'fine-metrics' || kind === 'dashboard') {
     const fm = new FineMetricsView(host, store, {
       filters: readFilters(b),
-      onChange: (change) => writeFilters(b, change),
+      onChange: (change) => {
+        writeFilters(b, change);
+        // a selection dropped (its span is gone): the tree's too
+        if (change.spanFilter === '' && out.spanTree && b.get('selected')) b.set({ selected: '' });
+      },
       width,
     });
     out.fineMetrics = fm;

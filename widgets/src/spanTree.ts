@@ -20,11 +20,15 @@ export interface TaskSummary {
   total: number;
 }
 
+/** Tasks by how far along they are. A released task is done: the scheduler releases a
+ * result once nothing needs it (a new task passes through released at once, on its
+ * way to waiting; one needed again goes back to waiting), so a finished span of 61
+ * tasks whose intermediate results were dropped reads 61/61, not 1/61. */
 export function summarize(states: Record<string, number>): TaskSummary {
   const n = (k: string) => states[k] ?? 0;
-  const done = n('memory') + n('forgotten');
+  const done = n('memory') + n('forgotten') + n('released');
   const running = n('processing');
-  const waiting = n('waiting') + n('queued') + n('no-worker') + n('released');
+  const waiting = n('waiting') + n('queued') + n('no-worker');
   const erred = n('erred');
   return { done, running, waiting, erred, total: done + running + waiting + erred };
 }

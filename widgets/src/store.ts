@@ -69,9 +69,14 @@ export class MetricsTable {
 export class RecordsTable<T> {
   records = new Map<string, T>();
   seq = 0;
+  /** Full records arrived (from the kernel, or a report's): what is absent is gone. */
+  loaded = false;
 
   apply(part: RecordsPart<T>): boolean {
-    if (part.full) this.records = new Map();
+    if (part.full) {
+      this.records = new Map();
+      this.loaded = true;
+    }
     else if (part.seq !== this.seq + 1) return false;
     this.seq = part.seq;
     for (const id of part.removed) this.records.delete(id);

@@ -22,13 +22,15 @@ from ..source import DiagnosticsSource
 
 
 def summarize(states: Mapping[str, int]) -> dict[str, int]:
-    """Done, erred, running and waiting tasks out of a prefix's state counts."""
+    """Done, erred, running and waiting tasks out of a prefix's state counts (a
+    released task is done: its result was dropped once nothing needed it; as
+    ``widgets/src/spanTree.ts`` counts)."""
     n = states.get
     out = {
-        "done": n("memory", 0) + n("forgotten", 0),
+        "done": n("memory", 0) + n("forgotten", 0) + n("released", 0),
         "erred": n("erred", 0),
         "running": n("processing", 0),
-        "waiting": n("waiting", 0) + n("queued", 0) + n("no-worker", 0) + n("released", 0),
+        "waiting": n("waiting", 0) + n("queued", 0) + n("no-worker", 0),
     }
     out["total"] = sum(out.values())
     return out
