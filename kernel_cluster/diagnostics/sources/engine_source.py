@@ -22,6 +22,7 @@ from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
 from ..snapshots import (
+    Changes,
     ClusterInfo,
     FinishedSpan,
     FinishedSpans,
@@ -38,6 +39,7 @@ from ..snapshots import (
     WorkerInfo,
 )
 from ..source import DiagnosticsSource
+from .engine_changes import EngineChanges
 
 
 class EngineSource:
@@ -46,6 +48,7 @@ class EngineSource:
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
         self._cpu = _ProcessCpu()
+        self._changes = EngineChanges(cluster)
 
     @property
     def kind(self) -> SourceKind:
@@ -75,6 +78,11 @@ class EngineSource:
             return [snapshot_span(s, totals[s.id]) for s in tree.spans.values()]
 
         return loop.run(read)
+
+    def changes_since(self, cursor: int) -> Changes:
+        """What changed since ``cursor`` (0: everything), read in short calls on the
+        loop: cost proportional to what changed (``engine_changes.py``)."""
+        return self._changes.since(cursor)
 
     def finished_spans(self, cursor: int = 0) -> FinishedSpans:
         """Three short calls on the loop: which spans finished (the tree's log), a
