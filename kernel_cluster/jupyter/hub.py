@@ -194,10 +194,10 @@ class Hub:
                 mirror.read()
                 read.add(id(mirror))
             except (RuntimeError, TimeoutError) as exc:  # the engine closed under us
-                logger.info("Live views of %r stopped: %s", mirror.source, exc)
+                logger.info("Live view updates stopped: %s", exc)
                 failed.add(id(mirror))
             except Exception:
-                logger.exception("Reading %r failed; its live views stopped", mirror.source)
+                logger.exception("Reading a source failed; its live view updates stopped")
                 failed.add(id(mirror))
         for hook in hooks:
             try:
@@ -211,7 +211,7 @@ class Hub:
             try:
                 p.tick(read=False)
             except (RuntimeError, TimeoutError) as exc:
-                logger.info("A live view stopped: %s", exc)
+                logger.info("Live view updates stopped: %s", exc)
                 self.unsubscribe(p)
             except Exception:
                 logger.exception("A live view's update failed; its updates stopped")

@@ -29,7 +29,8 @@ from ..snapshots import Changes, Metrics, SpanInfo, StartStop, TaskStreamRecord
 if TYPE_CHECKING:
     from ...engine.cluster import KernelCluster
 
-CHUNK = 2_000  # spans or records copied per call on the loop
+CHUNK = 2_000  # records (or prefixes) copied per call on the loop
+ROOTS = 40  # span subtrees summed per call on the loop
 
 
 class EngineChanges:
@@ -100,7 +101,7 @@ class EngineChanges:
             return {k: wm[k] for k in part if k in wm}
 
         out: Metrics = {}
-        step = CHUNK * 10  # a row is a dict lookup: cheap
+        step = CHUNK * 5  # a row is a dict lookup: cheap
         for i in range(0, len(keys), step):
             out.update(self.cluster.loop_thread.run(read, keys[i : i + step]))
         return out
@@ -144,7 +145,7 @@ class EngineChanges:
         for root_id in roots:
             part.append(root_id)
             size += 1  # a root's subtree size is unknown here: chunks count roots
-            if size >= CHUNK // 8:
+            if size >= ROOTS:
                 out.extend(self.cluster.loop_thread.run(read, part))
                 part, size = [], 0
         if part:
