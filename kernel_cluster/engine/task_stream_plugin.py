@@ -82,11 +82,21 @@ class TaskStreamPlugin(SchedulerPlugin):
     def raw_since(self, index: int, count: int | None = None) -> list[tuple]:
         """The raw records (tuples) numbered ``index`` or later, at most ``count``:
         a cheap copy, for readers that make them into records off the loop."""
-        if not self.buffer:
+        buffer = self.buffer
+        if not buffer:
             return []
-        skip = max(0, index - self.buffer[0][0])
-        stop = None if count is None else skip + count
-        return list(islice(self.buffer, skip, stop))
+        skip = max(0, index - buffer[0][0])
+        n = len(buffer) - skip
+        if count is not None:
+            n = min(n, count)
+        if n <= 0:
+            return []
+        if skip > len(buffer) // 2:  # near the end (a live reader's case): walk from there
+            tail = len(buffer) - skip - n
+            out = list(islice(reversed(buffer), tail, tail + n))
+            out.reverse()
+            return out
+        return list(islice(buffer, skip, skip + n))
 
     def window(self, start: float | None, stop: float | None, count: int | None) -> list[dict]:
         """Records of tasks that ended in [start, stop]; the last ``count`` of them."""

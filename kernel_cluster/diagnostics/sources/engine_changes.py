@@ -29,8 +29,9 @@ from ..snapshots import Changes, Metrics, SpanInfo, StartStop, TaskStreamRecord
 if TYPE_CHECKING:
     from ...engine.cluster import KernelCluster
 
-CHUNK = 2_000  # records (or prefixes) copied per call on the loop
-ROOTS = 40  # span subtrees summed per call on the loop
+CHUNK = 2_000  # task records or metric rows copied per call on the loop
+PREFIXES = 200  # task prefixes copied per call
+ROOTS = 10  # span subtrees summed per call
 
 
 class EngineChanges:
@@ -101,7 +102,7 @@ class EngineChanges:
             return {k: wm[k] for k in part if k in wm}
 
         out: Metrics = {}
-        step = CHUNK * 5  # a row is a dict lookup: cheap
+        step = CHUNK
         for i in range(0, len(keys), step):
             out.update(self.cluster.loop_thread.run(read, keys[i : i + step]))
         return out
@@ -113,8 +114,8 @@ class EngineChanges:
             return {n: dict(prefixes[n].states) for n in part if n in prefixes}
 
         out: dict[str, dict[str, int]] = {}
-        for i in range(0, len(names), CHUNK):
-            out.update(self.cluster.loop_thread.run(read, names[i : i + CHUNK]))
+        for i in range(0, len(names), PREFIXES):
+            out.update(self.cluster.loop_thread.run(read, names[i : i + PREFIXES]))
         return out
 
     def _spans(self, roots: list[str], wanted: set[str] | None) -> tuple[SpanInfo, ...]:
@@ -158,6 +159,16 @@ class EngineChanges:
         else:
             self._running = (self._running - {s.id for s in out}) | running
         return tuple(out)
+
+    def task_records(self, index: int) -> list[TaskStreamRecord]:
+        """Task-stream records from ``index`` on, in chunks (a new view's catch-up)."""
+        stream = self.cluster.scheduler.task_stream
+
+        def bounds() -> tuple[int, int]:
+            return stream.index - len(stream.buffer), stream.index
+
+        first, stop = self.cluster.loop_thread.run(bounds)
+        return list(self._tasks(max(index, first), stop))
 
     def _tasks(self, start: int, stop: int) -> tuple[TaskStreamRecord, ...]:
         stream = self.cluster.scheduler.task_stream

@@ -176,8 +176,7 @@ class EngineSource:
     # off the engine's loop, which a long history would otherwise hold up
 
     def task_stream_since(self, index: int) -> list[TaskStreamRecord]:
-        stream = self.cluster.scheduler.task_stream
-        return _records(self.cluster.loop_thread.run(lambda: stream.since(index)))
+        return self._changes.task_records(index)  # copied in chunks: a long history too
 
     def task_stream(
         self, start: float | None = None, stop: float | None = None, count: int | None = None
