@@ -67,7 +67,6 @@ from .scheduler_tasks import (
     TaskStateName,
     WorkerRecord,
 )
-from .changes import ChangeLog
 from .spans import SpanTree
 
 # a transition's listener: the task, its old and new state, and the event that caused

@@ -57,7 +57,14 @@ class Differ:
             self._cursor += 1
             if full:
                 return Changes(
-                    self._cursor, True, dict(metrics), tuple(spans.values()), (), progress, (), task_index
+                    self._cursor,
+                    True,
+                    dict(metrics),
+                    tuple(spans.values()),
+                    (),
+                    progress,
+                    (),
+                    task_index,
                 )
             changed_metrics = {k: v for k, v in metrics.items() if old_metrics.get(k) != v}
             for k in old_metrics.keys() - metrics.keys():

@@ -8,9 +8,12 @@ open it, on the comm target ``kernel-cluster-lab``:
 - the browser opens it when it meets a kernel (a notebook opened, a page
   reloaded, a kernel restarted); a kernel that has not imported kernel_cluster
   closes it, and the panels say how to start a cluster;
-- the kernel opens it (``announce``) when kernel_cluster is imported and when a
-  Client starts with no browser listening, so that panels opened before the
-  cluster existed connect on their own.
+- the kernel opens it (``announce``) on ``%load_ext kernel_cluster``, the first
+  view, ``show()``, and when a Client starts with no browser listening, so that
+  panels opened before the cluster existed connect on their own;
+- ``import kernel_cluster`` opens nothing and starts no thread: it registers the
+  comm target only, and the browser, which asks again after each cell while it has
+  no channel (``labextension/src/connection.ts``), connects then.
 
 Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
 
@@ -71,11 +74,10 @@ from ..diagnostics.snapshots import ClusterInfo
 from ..diagnostics.source import DiagnosticsSource
 from . import explain
 from .cluster_controls import CONTROLS, ClusterControls, ControlRunner, check_control
-from .notebook import in_notebook
+from . import hub as hub_module
 from .hub import Hub as KernelHub
-from .hub import Mirror
-from .hub import hub as kernel_hub
-from .publisher import Publisher, message_size
+from .hub import Mirror, Publisher, message_size
+from .notebook import in_notebook
 from .worker_table import identity, worker_rows
 
 logger = logging.getLogger(__name__)
@@ -405,7 +407,7 @@ class Hub:
         self.status: dict[str, Any] = {"cluster": None, "memory": None}
         self._last_status_at = -math.inf
         self._lock = threading.RLock()
-        self.kernel_hub = kernel_hub if kernel_hub is not None else globals()["kernel_hub"]()
+        self.kernel_hub = kernel_hub if kernel_hub is not None else hub_module.hub()
         try:
             self.source = default_source()
         except ValueError:

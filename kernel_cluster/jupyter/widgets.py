@@ -46,9 +46,8 @@ except ModuleNotFoundError as exc:  # a plain install: the widgets are an extra
 from ..diagnostics.attach import source_of
 from ..diagnostics.source import Diagnosable, WouldBlock
 from . import explain
-from .hub import Hub
+from .hub import Hub, Publisher
 from .hub import hub as kernel_hub
-from .publisher import Publisher
 
 logger = logging.getLogger(__name__)
 
@@ -118,10 +117,6 @@ class _LiveWidget(anywidget.AnyWidget):
             except WouldBlock:  # an asynchronous Dask client's loop runs this cell:
                 pass  # the hub's thread reads instead
             self._hub.subscribe(self.publisher)
-            if hub is None:  # the first view: tell JupyterLab's panels we are here
-                from . import lab
-
-                lab.register()
 
     def _feed_options(self, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Take this widget's feed settings out of the constructor's keyword arguments."""

@@ -22,9 +22,12 @@ NET5 = ("gather-dep", None, None, "network", "bytes")  # as the browser keys it
 
 def views(source, hub, clock, n=4, interval=0.25):
     out = []
-    for feeds in [("metrics", "spans"), ("spans",), ("progress",), ("metrics", "spans", "progress")][
-        :n
-    ]:
+    for feeds in [
+        ("metrics", "spans"),
+        ("spans",),
+        ("progress",),
+        ("metrics", "spans", "progress"),
+    ][:n]:
         browser = Browser()
         pub = Publisher(source, feeds, browser, min_interval=interval, clock=clock, hub=hub)
         pub.send_full()  # the browser listens

@@ -8,11 +8,10 @@ pytest.importorskip("anywidget")
 
 from kernel_cluster.core.profile_tree import add_stack, describe, new_tree, validate
 from kernel_cluster.diagnostics.feeds.profile_codec import flatten, unflatten
+from kernel_cluster.jupyter.hub import Hub
 from kernel_cluster.jupyter.widgets import ProfileFlameGraph, TaskStream
 
 from ..engine.helpers import wait_for
-from kernel_cluster.jupyter.hub import Hub
-
 from .fakes import Clock, StreamSource
 from .test_publisher import Browser
 

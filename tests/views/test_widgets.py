@@ -8,11 +8,10 @@ import traitlets
 pytest.importorskip("anywidget")
 
 from kernel_cluster.jupyter import widgets
+from kernel_cluster.jupyter.hub import Hub
 from kernel_cluster.jupyter.widgets import Dashboard, FineMetrics, Progress, SpanTree
 
 from ..engine.helpers import wait_for
-from kernel_cluster.jupyter.hub import Hub
-
 from .fakes import Clock, CountingSource, FakeSource, span_info
 from .test_publisher import Browser
 

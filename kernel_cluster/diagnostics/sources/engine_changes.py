@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...core.span_totals import subtree_totals
+from ...core.span_totals import SubtreeTotals, subtree_totals
 from ...core.spans import Span
 from ..snapshots import Changes, Metrics, SpanInfo, StartStop, TaskStreamRecord
-
-if TYPE_CHECKING:
-    from ...engine.cluster import KernelCluster
 
 CHUNK = 2_000  # task records or metric rows copied per call on the loop
 PREFIXES = 200  # task prefixes copied per call
@@ -38,7 +35,8 @@ class EngineChanges:
     """Reads changes of one cluster's scheduler; remembers which spans were running
     at its last read (they are read again: their ``stop`` is now)."""
 
-    def __init__(self, cluster: KernelCluster) -> None:
+    def __init__(self, cluster: Any) -> None:
+        """``cluster``: a ``KernelCluster`` (not imported: only engine_source may)."""
         self.cluster = cluster
         self._running: set[str] = set()
         self._lock = threading.Lock()  # one read at a time updates ``_running``
@@ -121,8 +119,6 @@ class EngineChanges:
     def _spans(self, roots: list[str], wanted: set[str] | None) -> tuple[SpanInfo, ...]:
         """Snapshots of the spans of these roots' subtrees (``wanted``: only these ids
         and their parents; None: all), a chunk of subtrees per call."""
-        from .engine_source import snapshot_span
-
         tree = self.cluster.scheduler.spans
         out: list[SpanInfo] = []
         running: set[str] = set()
@@ -179,6 +175,29 @@ class EngineChanges:
         return tuple(out)
 
 
+def snapshot_span(span: Span, totals: SubtreeTotals | None = None) -> SpanInfo:
+    """Read a core Span (on the engine's thread) into plain data; ``totals``: its
+    subtree's numbers, if made already (``core.span_totals.subtree_totals``)."""
+    if totals is None:
+        totals = subtree_totals(span.traverse_spans(), span._now())[span.id]
+    return SpanInfo(
+        id=span.id,
+        name=tuple(span.name),
+        parent=span.parent.id if span.parent is not None else None,
+        children=tuple(c.id for c in span.children),
+        enqueued=span.enqueued,
+        start=totals.start,
+        stop=totals.stop,
+        duration=totals.duration,
+        nbytes_total=totals.nbytes_total,
+        states=totals.states,
+        done=totals.done,
+        active_cpu_seconds=totals.active_cpu_seconds,
+        metrics=totals.metrics,
+        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
+    )
+
+
 def _root(span: Span) -> Span:
     while span.parent is not None:
         span = span.parent
@@ -210,7 +229,9 @@ def raw_records(raw: Iterable[tuple[Any, ...]]) -> list[TaskStreamRecord]:
             status=r[6],
             nbytes=r[7],
             startstops=tuple(
-                StartStop(ss[0], ss[1], ss[2], ss[3] if ss[0] == "transfer" and len(ss) > 3 else None)
+                StartStop(
+                    ss[0], ss[1], ss[2], ss[3] if ss[0] == "transfer" and len(ss) > 3 else None
+                )
                 for ss in r[8]
             ),
             dependencies=tuple(r[9]),

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, cast
 import psutil
 
 from ...core.span_summary import SpanCapture, capture, summarize_capture
-from ...core.span_totals import SubtreeTotals, subtree_totals
+from ...core.span_totals import subtree_totals
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
@@ -39,7 +39,7 @@ from ..snapshots import (
     WorkerInfo,
 )
 from ..source import DiagnosticsSource
-from .engine_changes import EngineChanges
+from .engine_changes import EngineChanges, snapshot_span
 
 
 class EngineSource:
@@ -251,29 +251,6 @@ def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 # -- engine data to snapshots --------------------------------------------------------------
-
-
-def snapshot_span(span: Span, totals: SubtreeTotals | None = None) -> SpanInfo:
-    """Read a core Span (on the engine's thread) into plain data; ``totals``: its
-    subtree's numbers, if made already (``core.span_totals.subtree_totals``)."""
-    if totals is None:
-        totals = subtree_totals(span.traverse_spans(), span._now())[span.id]
-    return SpanInfo(
-        id=span.id,
-        name=tuple(span.name),
-        parent=span.parent.id if span.parent is not None else None,
-        children=tuple(c.id for c in span.children),
-        enqueued=span.enqueued,
-        start=totals.start,
-        stop=totals.stop,
-        duration=totals.duration,
-        nbytes_total=totals.nbytes_total,
-        states=totals.states,
-        done=totals.done,
-        active_cpu_seconds=totals.active_cpu_seconds,
-        metrics=totals.metrics,
-        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
-    )
 
 
 class _Captured(NamedTuple):
