@@ -11,7 +11,7 @@ up to (its cursor) and gets the keys touched since, each once, in an order it ne
 not care about: the cost of a read is what changed since, never the state's size.
 
 A key remembers only its latest change: touching a key again moves it to the end
-(each kind is a dict kept in sequence order), so the log holds at most one entry
+(each kind is an OrderedDict kept in sequence order), so the log holds at most one entry
 per live key, and a reader walks back from the end until it meets its cursor.
 
 Bounded: past ``capacity`` entries of a kind the oldest go, and the log's
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any, NamedTuple
 
@@ -58,10 +59,10 @@ class ChangeLog:
         self.seq = 0  # the last sequence number given
         self.floor = 0  # readers below it have missed entries that are gone
         # key -> sequence number of its latest change, in that order
-        self._metrics: dict[Any, int] = {}
-        self._spans: dict[Any, int] = {}
-        self._closed: dict[Any, int] = {}
-        self._prefixes: dict[Any, int] = {}
+        self._metrics: OrderedDict[Any, int] = OrderedDict()
+        self._spans: OrderedDict[Any, int] = OrderedDict()
+        self._closed: OrderedDict[Any, int] = OrderedDict()
+        self._prefixes: OrderedDict[Any, int] = OrderedDict()
         # task records are appended with consecutive indices: one sequence number per
         # record, in an array (index = _tasks_first + position)
         self._task_seqs = array("q")
@@ -70,16 +71,18 @@ class ChangeLog:
 
     # -- what the scheduler tells --------------------------------------------------------
 
-    def _touch(self, entries: dict[Any, int], key: Hashable) -> None:
+    def _touch(self, entries: OrderedDict[Any, int], key: Hashable) -> None:
         self.seq += 1
-        entries.pop(key, None)
         entries[key] = self.seq
+        entries.move_to_end(key)
         if len(entries) > self.capacity:
             self._drop_oldest(entries)
 
-    def _drop_oldest(self, entries: dict[Any, int]) -> None:
-        oldest = next(iter(entries))
-        self.floor = max(self.floor, entries.pop(oldest))
+    def _drop_oldest(self, entries: OrderedDict[Any, int]) -> None:
+        # an OrderedDict: a plain dict's first item is found past the slots of every
+        # item deleted before it (quadratic over a log this size)
+        _, seq = entries.popitem(last=False)
+        self.floor = max(self.floor, seq)
 
     def metric(self, key: Hashable) -> None:
         self._touch(self._metrics, key)
@@ -104,13 +107,13 @@ class ChangeLog:
         self.seq = seq = self.seq + 1
         if span_id is not None:
             spans = self._spans
-            spans.pop(span_id, None)
             spans[span_id] = seq
+            spans.move_to_end(span_id)
             if len(spans) > self.capacity:
                 self._drop_oldest(spans)
         prefixes = self._prefixes
-        prefixes.pop(prefix, None)
         prefixes[prefix] = seq
+        prefixes.move_to_end(prefix)
         if len(prefixes) > self.capacity:
             self._drop_oldest(prefixes)
 
@@ -158,7 +161,7 @@ class ChangeLog:
         return self._tasks_first
 
 
-def _after(entries: dict[Any, int], cursor: int) -> list[Any]:
+def _after(entries: OrderedDict[Any, int], cursor: int) -> list[Any]:
     """Keys whose latest change is after ``cursor``: walked from the newest back."""
     out: list[Any] = []
     for key, seq in reversed(entries.items()):
