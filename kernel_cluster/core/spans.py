@@ -525,8 +525,11 @@ class SpanTree:
         return out
 
     def add_metrics(self, delta: dict[tuple[Any, ...], float]) -> None:
-        """Worker metrics keyed ("execute", span_id, prefix, activity, unit) go to spans."""
+        """Worker metrics keyed ("execute", span_id, prefix, activity, unit) go to spans;
+        every key of ``delta`` (the owner's rows: ``keyed_metrics``) is logged as changed."""
+        touched = self.changes.metric
         for key, value in delta.items():
+            touched(key)
             if key[0] != "execute" or len(key) != 5 or key[1] is None:
                 continue
             span = self.spans.get(key[1])

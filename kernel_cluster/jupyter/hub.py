@@ -280,9 +280,9 @@ class Mirror:
                 self.spans.pop(span_id, None)
             self.progress.update(progress)
             if ch.metrics or spans or ch.closed_spans or progress or ch.tasks:
-                span_ids = [*spans, *ch.closed_spans]
+                touched = [*spans, *ch.closed_spans]
                 for p in self.publishers:
-                    p.mark(ch.metrics, span_ids, progress, ch.tasks)
+                    p.mark(ch.metrics, touched, progress, ch.tasks)
 
 
 class Hub:

@@ -70,15 +70,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..diagnostics.attach import default_source, watch_default_source
-from ..diagnostics.snapshots import ClusterInfo
 from ..diagnostics.source import DiagnosticsSource
 from . import explain
-from .cluster_controls import CONTROLS, ClusterControls, ControlRunner, check_control
 from . import hub as hub_module
+from .cluster_controls import CONTROLS, ClusterControls, ControlRunner, check_control
 from .hub import Hub as KernelHub
 from .hub import Mirror, Publisher, message_size
+from .lab_status import cluster_summary, memory_sample
 from .notebook import in_notebook
-from .worker_table import identity, worker_rows
+from .worker_table import worker_rows
 
 logger = logging.getLogger(__name__)
 
@@ -100,78 +100,9 @@ OPTIONAL_FEEDS = ("tasks", "profile", "workers")
 INTERVAL = 0.5  # seconds between two looks at the cluster
 STATUS_INTERVAL = 1.0  # seconds between two status messages (and memory samples)
 MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
-CURRENT_SPANS = 8  # how many running spans the sidebar lists
 PING_SECONDS = 5.0  # how often a page pings (labextension/src/connection.ts)
 STALE_SECONDS = 4 * PING_SECONDS  # a channel silent this long has lost its page
 MAX_REF = 1000  # characters of a run's reference from the browser
-
-
-def cluster_summary(
-    source: DiagnosticsSource, info: ClusterInfo | None = None, mirror: Mirror | None = None
-) -> dict[str, Any]:
-    """What the sidebar shows of a cluster, read through its DiagnosticsSource, or
-    from the hub's ``mirror`` of it (no read of every span then)."""
-    info = source.info() if info is None else info
-    workers = info.workers
-    if mirror is not None:
-        progress: Any = mirror.progress
-        spans = [_Span(i, **r) for i, r in list(mirror.spans.items())]
-    else:
-        progress = source.progress()
-        spans = [
-            _Span(s.id, list(s.name), s.parent, s.enqueued, s.start, s.states, s.done)
-            for s in source.spans(refresh=False)
-        ]
-    now: collections.Counter[str] = collections.Counter()  # tasks the scheduler holds
-    for states in list(progress.values()):
-        now.update(states)
-    ever: collections.Counter[str] = collections.Counter()  # root spans count forgotten ones too
-    for s in spans:
-        if s.parent is None:
-            ever.update(s.states)
-    running = [s for s in spans if not s.done and s.id != "default-folded"]
-    running.sort(key=lambda s: s.start or s.enqueued or 0.0)
-    return {
-        "kind": source.kind,
-        **identity(info),
-        "workers": len(workers),
-        "threads": info.total_nthreads,
-        "memory_limit": sum(w.memory_limit_bytes or 0 for w in workers.values()),
-        "tasks": {
-            "in_flight": now["processing"],
-            "waiting": now["waiting"] + now["queued"] + now["no-worker"],
-            "done": ever["memory"] + ever["forgotten"],
-            "erred": ever["erred"],
-        },
-        "spans": [{"id": s.id, "name": list(s.name)} for s in running[-CURRENT_SPANS:]],
-    }
-
-
-class _Span:
-    """What the summary reads of a span (a ``SpanInfo`` or a span record)."""
-
-    def __init__(
-        self,
-        id: str,
-        name: list[str],
-        parent: str | None,
-        enqueued: float,
-        start: float,
-        states: dict[str, int],
-        done: bool,
-        **_: Any,
-    ) -> None:
-        self.id, self.name, self.parent, self.enqueued = id, name, parent, enqueued
-        self.start, self.states, self.done = start, states, done
-
-
-def memory_sample(source: DiagnosticsSource, now: float) -> list[float] | None:
-    """``[time, process, managed, unmanaged, spilled]`` bytes, or None if the source
-    cannot tell."""
-    m = source.memory()
-    if m is None:
-        return None
-    return [now, m.process_bytes, m.managed_bytes, m.unmanaged_bytes, m.spilled_bytes]
 
 
 def _number_or_none(value: Any) -> float | None:

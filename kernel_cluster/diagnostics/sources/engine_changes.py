@@ -64,8 +64,8 @@ class EngineChanges:
             prefixes = state.task_prefixes
             progress = {p: dict(prefixes[p].states) for p in changed.prefixes if p in prefixes}
             wanted = set(changed.spans) | self._running
-            roots = {_root(tree.spans[i]).id for i in wanted if i in tree.spans}
-            return changed, metrics, list(roots), progress
+            root_ids = {_root(tree.spans[i]).id for i in wanted if i in tree.spans}
+            return changed, metrics, list(root_ids), progress
 
         head = run(first)
         changed = head[0]
