@@ -167,6 +167,7 @@ export class ClusterConnection {
   private onStatus(_: ISessionContext, status: Kernel.Status): void {
     this.note(`kernel ${status}`);
     const busy = status === 'busy';
+    const ran = this.busy && status === 'idle'; // a cell (or a silent request) finished
     if (busy !== this.busy) {
       this.busy = busy;
       this._changed.emit();
@@ -182,6 +183,11 @@ export class ClusterConnection {
     } else if (this.waitingForNewKernel && (status === 'starting' || status === 'idle' || status === 'busy')) {
       this.newKernel();
     } else if (status === 'idle' && !this.waitingForNewKernel && !this.comm && !this.asked && this.state !== 'live') {
+      this.open();
+    } else if (ran && !this.waitingForNewKernel && !this.comm && this.state === 'no-package') {
+      // `import kernel_cluster` opens no comm (nor starts a thread): it only answers
+      // ours. What just ran may have imported it: ask again (refused, it costs the
+      // kernel one closed comm)
       this.open();
     }
   }
@@ -411,7 +417,8 @@ export class ClusterConnection {
         this._changed.emit();
         return;
       }
-      // the kernel announces itself; wait for the comm (bounded)
+      // kernel_cluster answers our comm now: open it (bounded wait for its answer)
+      this.open();
       const t0 = performance.now();
       while (!this.comm && performance.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 50));
       if (!this.comm) {

@@ -8,10 +8,11 @@ import traitlets
 pytest.importorskip("anywidget")
 
 from kernel_cluster.jupyter import widgets
+from kernel_cluster.jupyter.hub import Hub
 from kernel_cluster.jupyter.widgets import Dashboard, FineMetrics, Progress, SpanTree
 
 from ..engine.helpers import wait_for
-from .fakes import Clock, FakeSource, span_info
+from .fakes import Clock, CountingSource, FakeSource, span_info
 from .test_publisher import Browser
 
 CPU = ("execute", "s1", "inc", "thread-cpu", "seconds")
@@ -69,20 +70,22 @@ def test_browser_messages_are_validated():
 
 
 def test_close_stops_updates():
-    source, clock = FakeSource(), Clock()
-    w = SpanTree(source, interval=0.25, clock=clock)
+    source, clock = CountingSource(), Clock()
+    h = Hub(pause=clock.pause, clock=clock)
+    w = SpanTree(source, interval=0.25, clock=clock, hub=h)
     assert w.updating
-    wait_for(lambda: clock.pausing == 1, what="the first pause of the updates")
-    reads = source.reads
-    clock.advance(0.25)  # returns once the updates have read and paused again
-    assert source.reads == reads + 1
+    wait_for(lambda: clock.pausing == 1, what="the hub's first pause")
+    reads = source.change_reads
+    clock.advance(0.25)  # returns once the hub has read and paused again
+    assert source.change_reads == reads + 1
     w.close()
     assert not w.updating
-    reads = source.reads
+    reads = source.change_reads
     source.span_list.append(span_info("s9", ("late",)))
-    clock.advance(10.0)  # forty intervals: updates still running would have read
-    assert clock.pausing == 0
-    assert source.reads == reads
+    clock.advance(0.25, settle=False)
+    wait_for(lambda: not h.running, what="the hub's thread to end with its last view")
+    clock.advance(10.0, settle=False)  # forty intervals: a hub still running would read
+    assert source.change_reads == reads
 
 
 def test_span_filter_is_checked_and_linked_to_a_tree():

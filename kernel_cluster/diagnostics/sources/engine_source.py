@@ -17,11 +17,12 @@ from typing import Any, NamedTuple, cast
 import psutil
 
 from ...core.span_summary import SpanCapture, capture, summarize_capture
-from ...core.span_totals import SubtreeTotals, subtree_totals
+from ...core.span_totals import subtree_totals
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
 from ..snapshots import (
+    Changes,
     ClusterInfo,
     FinishedSpan,
     FinishedSpans,
@@ -38,6 +39,7 @@ from ..snapshots import (
     WorkerInfo,
 )
 from ..source import DiagnosticsSource
+from .engine_changes import EngineChanges, snapshot_span
 
 
 class EngineSource:
@@ -46,6 +48,7 @@ class EngineSource:
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
         self._cpu = _ProcessCpu()
+        self._changes = EngineChanges(cluster)
 
     @property
     def kind(self) -> SourceKind:
@@ -75,6 +78,11 @@ class EngineSource:
             return [snapshot_span(s, totals[s.id]) for s in tree.spans.values()]
 
         return loop.run(read)
+
+    def changes_since(self, cursor: int) -> Changes:
+        """What changed since ``cursor`` (0: everything), read in short calls on the
+        loop: cost proportional to what changed (``engine_changes.py``)."""
+        return self._changes.since(cursor)
 
     def finished_spans(self, cursor: int = 0) -> FinishedSpans:
         """Three short calls on the loop: which spans finished (the tree's log), a
@@ -168,8 +176,7 @@ class EngineSource:
     # off the engine's loop, which a long history would otherwise hold up
 
     def task_stream_since(self, index: int) -> list[TaskStreamRecord]:
-        stream = self.cluster.scheduler.task_stream
-        return _records(self.cluster.loop_thread.run(lambda: stream.since(index)))
+        return self._changes.task_records(index)  # copied in chunks: a long history too
 
     def task_stream(
         self, start: float | None = None, stop: float | None = None, count: int | None = None
@@ -244,29 +251,6 @@ def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 # -- engine data to snapshots --------------------------------------------------------------
-
-
-def snapshot_span(span: Span, totals: SubtreeTotals | None = None) -> SpanInfo:
-    """Read a core Span (on the engine's thread) into plain data; ``totals``: its
-    subtree's numbers, if made already (``core.span_totals.subtree_totals``)."""
-    if totals is None:
-        totals = subtree_totals(span.traverse_spans(), span._now())[span.id]
-    return SpanInfo(
-        id=span.id,
-        name=tuple(span.name),
-        parent=span.parent.id if span.parent is not None else None,
-        children=tuple(c.id for c in span.children),
-        enqueued=span.enqueued,
-        start=totals.start,
-        stop=totals.stop,
-        duration=totals.duration,
-        nbytes_total=totals.nbytes_total,
-        states=totals.states,
-        done=totals.done,
-        active_cpu_seconds=totals.active_cpu_seconds,
-        metrics=totals.metrics,
-        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
-    )
 
 
 class _Captured(NamedTuple):
