@@ -177,7 +177,9 @@ def test_views_accept_our_asynchronous_client():
             browser = Browser()
             widget.publisher._send = browser
             try:
-                widget.update(force=True)
+                # the widget sent its first state as it was made (to no browser here):
+                # a browser that starts listening asks for everything
+                widget.publisher.send_full()
                 await wait_for_async(lambda: browser.messages, timeout=20, what="an update")
             finally:
                 widget.close()
