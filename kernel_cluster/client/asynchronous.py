@@ -32,6 +32,7 @@ from .futures import FAILED, Future, FutureState, raise_if_failed, until_done
 from .graph_packing import collect_futures, rebuild
 from .results import Results
 from .submission import Submission
+from .timeouts import check_timeout
 from .views import Views
 
 T = TypeVar("T")
@@ -87,16 +88,27 @@ class Asynchronous(Submission, Results, Views):
 
     # -- waiting, without blocking the loop -------------------------------------------
 
-    def gather(self, futures: Any, errors: str = "raise") -> Any:
+    def gather(self, futures: Any, errors: str = "raise", timeout: float | None = None) -> Any:
         """An awaitable of what ``Client.gather`` returns."""
         if errors not in ("raise", "skip"):
             raise ValueError(f"errors={errors!r}: use 'raise' or 'skip'.")
-        return self._gather(futures, errors)
+        return self._gather(futures, errors, check_timeout(timeout))
 
-    async def _gather(self, futures: Any, errors: str) -> Any:
+    async def _gather(self, futures: Any, errors: str, timeout: float | None) -> Any:
         flat: list[Future] = []
         collect_futures(futures, flat)
-        await until_done(self, [f._state for f in flat], errors == "raise")
+        states = [f._state for f in flat]
+        try:
+            await asyncio.wait_for(until_done(self, states, errors == "raise"), timeout)
+        except TimeoutError:
+            late = [f.key for f in flat if not f.done()]
+            if late:  # else all done just now
+                doing = await self._describe_task_async(late[0])
+                raise TimeoutError(
+                    f"{len(late)} of the {len(flat)} futures are not done after the "
+                    f"timeout of {timeout:g} s; the first, {late[0]!r}: {doing}. The tasks "
+                    "go on; gather again, or cancel them."
+                ) from None
         good: list[Key] = []
         failed: tuple[FutureState, Key] | None = None
         for f in flat:

@@ -9,6 +9,7 @@ per-key reports back on the loop thread, into its futures (futures.py).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 from abc import abstractmethod
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..core.keys import Key
 from ..core.scheduler_messages import ClientReleasedKeys, SchedulerEvent
+from ..core.task_status import task_status
 from ..diagnostics.sources.engine_source import EngineSource
 from ..engine.cluster import KernelCluster
 from ..engine.execute import unpack_exception
@@ -39,8 +41,8 @@ class ClientBase:
     _dec_ref: Callable[[Key], None]
     _release_keys: Callable[[list[Key]], None]
     _on_done: Callable[[FutureState, Callable[[], None]], None]
-    _wait_for: Callable[[FutureState, Key, float | None], None]
-    _wait_all: Callable[[list[FutureState], bool], None]
+    _wait_for: Callable[..., None]  # FutureRegistry.wait_for
+    _wait_all: Callable[..., None]  # FutureRegistry.wait_all
 
     def __init__(self, client_id: str, cluster: KernelCluster, code_frames: int) -> None:
         if isinstance(code_frames, bool) or not isinstance(code_frames, int) or code_frames < 0:
@@ -65,6 +67,7 @@ class ClientBase:
         self._release_keys = futures.release_keys
         self._on_done = futures.on_done
         self._wait_for = futures.wait_for
+        futures.describe = self._describe_task
         self._wait_all = futures.wait_all
         self._outbox: list[tuple[int, SchedulerEvent]] = []
         self._flush_pending = False
@@ -122,6 +125,22 @@ class ClientBase:
         with self._lock:
             return self._futures.refcount.get(key, 0) > 0
 
+    def _describe_task(self, key: Key) -> str:
+        """What the task of ``key`` is doing, read on the engine loop within 2 s (for a
+        timeout's message: it must not fail nor wait long itself)."""
+        try:
+            return self._loop.run(task_status, self._scheduler.state.tasks, key, timeout=2.0)
+        except Exception:  # a closed or stalled engine: the timeout says what it can
+            return "the engine did not say what the task is doing (it did not answer in 2 s)"
+
+    async def _describe_task_async(self, key: Key) -> str:
+        """``_describe_task`` awaited in another event loop, without blocking it."""
+        try:
+            answer = self._loop.submit(task_status, self._scheduler.state.tasks, key)
+            return await asyncio.wait_for(asyncio.wrap_future(answer), 2.0)
+        except Exception:
+            return "the engine did not say what the task is doing (it did not answer in 2 s)"
+
     def _check_running(self) -> None:
         check_process(self._futures.pid, self.id)
         if self.status != "running":
@@ -136,7 +155,7 @@ class ClientBase:
     # (futures.FutureOwner), and what submission asks of results
 
     @abstractmethod
-    def gather(self, futures: Any, errors: str = "raise") -> Any:
+    def gather(self, futures: Any, errors: str = "raise", timeout: float | None = None) -> Any:
         """Values for a future, or a (nested) list / tuple / dict of futures."""
         raise NotImplementedError
 

@@ -56,9 +56,12 @@ class FutureOwner(Protocol):
 
     def _inc_ref(self, key: Key) -> None: ...
     def _dec_ref(self, key: Key) -> None: ...
-    def _wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None: ...
+    def _wait_for(
+        self, state: FutureState, key: Key, timeout: float | None, asked: float | None = None
+    ) -> None: ...
     def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict[Key, Any]: ...
     async def _gather_keys_async(self, keys: list[Key]) -> dict[Key, Any]: ...
+    async def _describe_task_async(self, key: Key) -> str: ...
     def _on_done(self, state: FutureState, callback: Callable[[], None]) -> None: ...
 
     asynchronous: bool  # whether result() returns an awaitable
@@ -207,8 +210,10 @@ class Future:
         try:
             await asyncio.wait_for(until_done(client, [state], False), timeout)
         except TimeoutError:
+            doing = await client._describe_task_async(key)
             raise TimeoutError(
-                f"Future {key!r} is not done after {timeout} s; the task keeps running."
+                f"Future {key!r} is not done after the timeout of {timeout:g} s: {doing}. "
+                "The task goes on; await it again, or cancel it."
             ) from None
         if state.status == "error":
             raise task_error(state)
@@ -303,7 +308,7 @@ def wait(
     if return_when == "ALL_COMPLETED":
         for f in futures:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            f.client._wait_for(f._state, f.key, left)
+            f.client._wait_for(f._state, f.key, left, timeout)
     elif futures and not any(f.done() for f in futures):
         first = as_completed(futures)
         try:

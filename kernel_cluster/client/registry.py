@@ -74,6 +74,8 @@ class FutureRegistry:
         the engine (its callback thread); None: right away."""
         self.lock = lock
         self._defer = defer
+        # what a task is doing, in words, for a wait that timed out (the client sets it)
+        self.describe: Callable[[Key], str] = lambda key: "the task's state is unknown"
         self.states: dict[Key, FutureState] = {}
         self.refcount: dict[Key, int] = {}
         self.releases: list[Key] = []
@@ -199,7 +201,12 @@ class FutureRegistry:
                 return
         run_callback(callback)
 
-    def wait_for(self, state: FutureState, key: Key, timeout: float | None) -> None:
+    def wait_for(
+        self, state: FutureState, key: Key, timeout: float | None, asked: float | None = None
+    ) -> None:
+        """Until the future of ``key`` is done, or ``timeout`` passed: then a
+        TimeoutError naming the timeout the user gave (``asked``, where ``timeout`` is
+        what is left of it) and what the task is doing."""
         timeout = check_timeout(timeout)
         check_process(self.pid, f"The client of future {key!r}")
         with self.lock:
@@ -210,8 +217,10 @@ class FutureRegistry:
                     state.event = threading.Event()
                 event = state.event
         if event is not None and not _wait(event, timeout):
+            given = timeout if asked is None else asked
             raise TimeoutError(
-                f"Future {key!r} is not done after {timeout} s; the task keeps running."
+                f"Future {key!r} is not done after the timeout of {given:g} s: "
+                f"{self.describe(key)}. The task goes on; wait again, or cancel it."
             )
         if self.hook_runs:
             self.wait_hooks([state])
@@ -226,16 +235,33 @@ class FutureRegistry:
             if run is not None and run[1] is not me:
                 run[0].wait()
 
-    def wait_all(self, states: list[FutureState], fail_fast: bool) -> None:
-        """Until every state is done (or, with ``fail_fast``, one is not "finished").
+    def wait_all(
+        self,
+        states: list[FutureState],
+        fail_fast: bool,
+        timeout: float | None = None,
+        keys: list[Key] | None = None,
+    ) -> None:
+        """Until every state is done (or, with ``fail_fast``, one is not "finished");
+        past ``timeout`` seconds (checked by the caller), a TimeoutError naming it and
+        what the task of the first state not done (``keys``: theirs) is doing.
 
         One wake-up for the lot: waiting on each in turn costs the engine an event to
         set and this thread a wake-up per result that lands while it sleeps.
         """
         check_process(self.pid, "The client of these futures")
         latch = self.latch(states, fail_fast)
-        if latch is not None:
-            _wait(latch.event, None)
+        if latch is not None and not _wait(latch.event, timeout):
+            late = [i for i, st in enumerate(states) if not st.done()]
+            if late:  # else all done just now
+                what = ""
+                if keys is not None:
+                    what = f"; the first, {keys[late[0]]!r}: {self.describe(keys[late[0]])}"
+                raise TimeoutError(
+                    f"{len(late)} of the {len(states)} futures are not done after the "
+                    f"timeout of {timeout:g} s{what}. The tasks go on; gather again, or "
+                    "cancel them."
+                )
         if self.hook_runs:
             self.wait_hooks([st for st in states if st.done()])
 

@@ -13,6 +13,7 @@ from ..core.scheduler_messages import ClientCancelledKeys
 from .base import ClientBase
 from .futures import FAILED, Future, FutureState, raise_if_failed, run_callback, task_error
 from .graph_packing import collect_futures, rebuild
+from .timeouts import check_timeout
 
 K = TypeVar("K")
 
@@ -21,25 +22,36 @@ class Results(ClientBase):
     """Values back from the cluster, and cancellation."""
 
     @overload
-    def gather(self, futures: list[Any], errors: str = ...) -> list[Any]: ...
+    def gather(
+        self, futures: list[Any], errors: str = ..., timeout: float | None = ...
+    ) -> list[Any]: ...
     @overload
-    def gather(self, futures: tuple[Any, ...], errors: str = ...) -> tuple[Any, ...]: ...
+    def gather(
+        self, futures: tuple[Any, ...], errors: str = ..., timeout: float | None = ...
+    ) -> tuple[Any, ...]: ...
     @overload
-    def gather(self, futures: dict[K, Any], errors: str = ...) -> dict[K, Any]: ...
+    def gather(
+        self, futures: dict[K, Any], errors: str = ..., timeout: float | None = ...
+    ) -> dict[K, Any]: ...
     @overload
-    def gather(self, futures: Any, errors: str = ...) -> Any: ...
+    def gather(self, futures: Any, errors: str = ..., timeout: float | None = ...) -> Any: ...
 
-    def gather(self, futures: Any, errors: str = "raise") -> Any:
+    def gather(self, futures: Any, errors: str = "raise", timeout: float | None = None) -> Any:
         """Values for a future, or a (nested) list / tuple / dict of futures: the same
         structure with each future replaced by its value.
 
         ``errors="skip"`` leaves out failed and cancelled futures instead of raising.
+        ``timeout``: seconds to wait for them (None: for ever), then a TimeoutError that
+        says what the first one not done is doing; the tasks go on.
         """
         if errors not in ("raise", "skip"):
             raise ValueError(f"errors={errors!r}: use 'raise' or 'skip'.")
+        timeout = check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
         flat: list[Future] = []
         collect_futures(futures, flat)
-        self._wait_all([f._state for f in flat], errors == "raise")
+        states = [f._state for f in flat]
+        self._wait_all(states, errors == "raise", timeout, [f.key for f in flat])
         good = []
         failed: tuple[FutureState, Key] | None = None
         for f in flat:
@@ -54,7 +66,8 @@ class Results(ClientBase):
             del futures, flat, f
             st, key = failed
             raise_if_failed([key], [st])
-        data = self._gather_keys(list(dict.fromkeys(good))) if good else {}
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        data = self._gather_keys(list(dict.fromkeys(good)), left) if good else {}
         return rebuild(futures, data)
 
     def _gather_keys(self, keys: list[Key], timeout: float | None = None) -> dict[Key, Any]:

@@ -1,11 +1,12 @@
 """``kernel-cluster-worker ADDRESS`` (or ``python -m kernel_cluster.engine.cli``, as the
 nanny in engine/cluster.py starts it): join a cluster running elsewhere on this machine.
 
-The cluster's secret comes from the ``KERNEL_CLUSTER_TOKEN`` environment variable
-(hex) or from ``--token-file``, never from the command line, where other users of
-the machine could read it in the process list. The variable is removed from the
-worker's environment once read, so that tasks and the processes they start do not
-inherit it.
+The cluster's secret comes on standard input (``--token-stdin``: how a KernelCluster
+starts its workers), from ``--token-file``, or from the ``KERNEL_CLUSTER_TOKEN``
+environment variable (hex); never from the command line, where other users of the
+machine could read it in the process list. The variable is removed from the worker's
+environment once read, so that tasks and the processes they start do not inherit it;
+/proc/<pid>/environ keeps the first environment, hence stdin for our own workers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .comm import TOKEN_ENV, secret_from_env, secret_from_file
+from .comm import TOKEN_ENV, secret_from_env, secret_from_file, secret_from_stdin
 from .config import WorkerConfig
 from .leftovers import remove_cluster_directory, write_owner_file
 from .shared_memory import remove_segments_of
@@ -38,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-file", help=f"file holding the cluster's secret (default: ${TOKEN_ENV})"
     )
+    parser.add_argument(
+        "--token-stdin",
+        action="store_true",
+        help="read the cluster's secret (hex) as the first line of standard input: how a "
+        f"KernelCluster starts its workers. ${TOKEN_ENV} works too, but stays readable in "
+        "/proc/<pid>/environ for the life of the process",
+    )
     WorkerConfig.add_arguments(parser)  # every worker setting (engine/config.py)
     args = parser.parse_args(argv)
     try:
@@ -45,7 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    secret = secret_from_file(args.token_file) if args.token_file else secret_from_env()
+    secret: bytes | None
+    if args.token_stdin:
+        secret = secret_from_stdin()
+    elif args.token_file:
+        secret = secret_from_file(args.token_file)
+    else:
+        secret = secret_from_env()
     # read once: tasks, and the processes they start, inherit the environment
     os.environ.pop(TOKEN_ENV, None)
     if secret is None:

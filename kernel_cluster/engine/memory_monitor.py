@@ -23,7 +23,7 @@ from ..core.worker_state import WorkerState
 from .process_meter import context_meter
 from .spill import SpillBuffer
 from .trim import trim_memory
-from .wire import MemoryStuck, WorkerPaused
+from .wire import MemoryStuck, UnspillableHeld, WorkerPaused
 
 if TYPE_CHECKING:
     import psutil
@@ -117,6 +117,8 @@ class MemoryMonitor:
         self._stuck_since: float | None = None
         self._pause_waived = False
         self._trimmed_at = 0.0
+        # the unspillable keys last reported (UnspillableHeld): sent again on change only
+        self._reported: frozenset = frozenset()
 
     def managed_bytes(self) -> int:
         """Bytes of the results this worker holds in memory."""
@@ -159,6 +161,7 @@ class MemoryMonitor:
                     self._trimmed_at = now
                     trim_memory()
             used = self.used()
+        self.report_unspillable(used)
         over = used > self.pause_fraction * limit
         if not over:
             self._pause_waived = False
@@ -174,6 +177,31 @@ class MemoryMonitor:
             self._set_paused(paused)
         if paused:
             self._check_stuck(used, moved)
+
+    def report_unspillable(self, used: int | None = None) -> None:
+        """Tell the scheduler which values could not be spilled while memory is above the
+        spill fraction, when that set changes: a nanny that ends this process for its
+        memory leaves it no time to say so, and the scheduler would compute them again
+        for ever (engine/unspillable.py). ``used``: the memory just read, if it was."""
+        data = self.data
+        if not self.limit or not isinstance(data, SpillBuffer) or self.on_stuck is _nothing:
+            return  # (giving up already: MemoryStuck said it last)
+        if not data.unspillable and not self._reported:
+            return  # the common case: nothing to tell, no memory reading
+        if used is None:
+            used = self.used()
+        held: dict = {}
+        if used > self.spill_fraction * self.limit:
+            sizes = data.fast_sizes
+            for key, why in dict(data.unspillable).items():  # a copy: task threads store
+                size = sizes.get(key)
+                if size is not None:
+                    held[key] = (size, why)
+        keys = frozenset(held)
+        if keys == self._reported or self.closed():
+            return
+        self._reported = keys
+        self.send_to_scheduler([UnspillableHeld(held, self.limit)])
 
     def _set_paused(self, paused: bool) -> None:
         self._stuck_since = None

@@ -174,7 +174,9 @@ class Nanny:
         assert self.server is not None
         name = f"worker-{next(self.names)}"
         env = dict(os.environ)
-        env[TOKEN_ENV] = self.secret.hex()
+        # the secret goes on the worker's stdin: an environment variable would stay
+        # readable in /proc/<pid>/environ for the life of the process
+        env.pop(TOKEN_ENV, None)
         for var in ONE_THREAD_LIBRARIES:  # unless the user chose otherwise
             env.setdefault(var, "1")
         for var, value in MALLOC_SETTINGS.items():
@@ -193,10 +195,14 @@ class Nanny:
             "-m",
             "kernel_cluster.engine.cli",
             self.server.address,
+            "--token-stdin",
             *config.to_argv(),
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
         )
+        assert proc.stdin is not None
+        proc.stdin.write(self.secret.hex().encode() + b"\n")
+        proc.stdin.close()  # the worker reads one line, then stdin is at its end
         wp = _WorkerProcess(name, proc, config)
         self._procs[name] = wp
         wp.monitor = asyncio.get_running_loop().create_task(self._monitor(wp))

@@ -40,13 +40,12 @@ from ..core.scheduler_state import SchedulerState
 from ..core.scheduler_tasks import PENDING_STATES
 from ..core.spans import SpanTree
 from .code_sources import MAX_FILES
-from .execute import pack_exception
-from .memory_monitor import UnspillableMemoryError
 from .no_worker import NoWorkerTimers
 from .plugins import PluginSet, SchedulerPlugin, startstop_dicts
 from .run_function import run_on
 from .task_stream_plugin import TaskStreamPlugin
 from .tcp_workers import UnserializableResults
+from .unspillable import UnspillableLedger
 from .wire import (
     SCHEDULER_EVENTS,
     CodeSources,
@@ -54,6 +53,7 @@ from .wire import (
     HeartbeatNow,
     HeartbeatReply,
     MemoryStuck,
+    UnspillableHeld,
 )
 
 logger = logging.getLogger(__name__)
@@ -121,9 +121,8 @@ class Scheduler:
         self._heartbeat_waiters: dict[str, list[asyncio.Future]] = {}
         self.no_worker = NoWorkerTimers(no_workers_timeout, self.handle, self._stimulus, clock)
         self.cumulative_worker_metrics: dict[tuple, float] = {}
-        # key -> restarts of workers stuck over their memory limit with its value, which
-        # could not be spilled (MemoryStuck): past allowed_failures, the task fails
-        self.unspillable_restarts: dict[Key, int] = {}
+        # values workers could not spill, and the restarts they cause (unspillable.py)
+        self.unspillable = UnspillableLedger()
         # unmanaged memory over the last 30 s (Dask's distributed.memory.recent-to-old-time)
         self.unmanaged_window = RecentMinimum(30.0)
         # lines of notebook cells that tasks' code comes from (code_sources.py), for
@@ -237,6 +236,7 @@ class Scheduler:
         self.worker_info.pop(address, None)
         logger.info("Removing worker %s: %s", address, reason)
         self.handle(
+            *self.unspillable.died(address, expected, self.state, self.clock()),
             WorkerRemoved(
                 address,
                 reason,
@@ -245,7 +245,7 @@ class Scheduler:
                 self.clock(),
                 None if running is None else tuple(running),
                 cause,
-            )
+            ),
         )
         self.plugins.call_all("remove_worker", self, address)
 
@@ -333,35 +333,13 @@ class Scheduler:
                 events.append(make(msg, address, now))
             elif type(msg) is Heartbeat:
                 self._heartbeat(address, msg)
+            elif type(msg) is UnspillableHeld:
+                self.unspillable.held(address, msg)
             elif type(msg) is MemoryStuck:
-                events.extend(self._memory_stuck(address, msg, now))
+                events.extend(self.unspillable.stuck(address, msg, self.state, now))
             else:
                 logger.warning("Scheduler ignored unknown message %r from %s", msg, address)
         self.handle(*events)
-
-    def _memory_stuck(self, address: str, msg: MemoryStuck, now: float) -> list:
-        """A worker restarts, stuck over its limit with values it could not spill: they
-        would be computed again, and it would be stuck again, for ever. Each of them is
-        counted; past ``allowed_failures`` restarts it fails with UnspillableMemoryError
-        (and its dependents with it), which says why and what to do."""
-        tasks = self.state.tasks
-        counts = self.unspillable_restarts
-        for key in [k for k in counts if k not in tasks]:  # forgotten since
-            del counts[key]
-        held = sum(nbytes for nbytes, _ in msg.unspillable.values())
-        events = []
-        for key, (_, why) in msg.unspillable.items():
-            ts = tasks.get(key)
-            if ts is None or ts.state != "memory":
-                continue
-            n = counts[key] = counts.get(key, 0) + 1
-            if n <= self.state.allowed_failures:
-                continue
-            del counts[key]
-            error = UnspillableMemoryError(key, address, why, held, msg.limit, n)
-            packed = pack_exception(error, None)[0]
-            events.append(ResultSerializationFailed(key, address, packed, str(error), "", now))
-        return events
 
     # -- the door into the state machine, and routing ---------------------------------
 

@@ -126,6 +126,18 @@ class MemoryStuck:
     limit: int = 0
 
 
+@dataclass(slots=True)
+class UnspillableHeld:
+    """The values the worker holds that could not be spilled, key -> (bytes, why), sent
+    when that set changes while its memory is above the spill fraction (empty: none
+    or memory below it): its nanny may end it before it can send ``MemoryStuck``, and
+    the scheduler then counts its death as a restart for these (engine/unspillable.py)."""
+
+    op: ClassVar[str] = "unspillable-held"
+    unspillable: dict
+    limit: int = 0
+
+
 # -- scheduler -> worker (besides the scheduler state machine's instructions) --------
 
 
@@ -252,6 +264,7 @@ MESSAGES: tuple[type, ...] = (
     WorkerPaused,
     ResultUnsendable,
     MemoryStuck,
+    UnspillableHeld,
     # registration
     RegisterWorker,
     Registered,

@@ -55,8 +55,6 @@ whatever last sent on it (a cell, for ``announce``); ``_keep_browser_routing`` k
 the subshell the browser chose.
 - ``{"type": "compare", "a": str | None, "b": str | None}``: compare these runs (None:
   the last pair compared, or the latest two).
-- ``explain``, ``paths``: a span's critical path, idle and findings, or spans' path
-  lengths, answered once (``explain.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +69,6 @@ from typing import Any
 
 from ..diagnostics.attach import default_source, watch_default_source
 from ..diagnostics.source import DiagnosticsSource
-from . import explain
 from . import hub as hub_module
 from .cluster_controls import CONTROLS, ClusterControls, ControlRunner, check_control
 from .hub import Hub as KernelHub
@@ -131,8 +128,6 @@ def check_message(content: Any) -> dict[str, Any]:
         return {"type": kind}
     if kind in CONTROLS:
         return check_control(content)
-    if kind in explain.KINDS:
-        return explain.check_explain(content)
     if kind == "subscribe":
         feeds = content.get("feeds")
         if not isinstance(feeds, list) or not all(f in OPTIONAL_FEEDS for f in feeds):
@@ -262,9 +257,6 @@ class Channel:
             return
         if kind in CONTROLS:  # on a thread of its own: starting workers takes seconds
             self.hub.runner.run(request, self.send, self.hub.status_now)
-            return
-        if kind in explain.KINDS:  # asked by a view: answered once, outside the lock
-            self.send(explain.answer(self.hub.source, request))
             return
         with self._lock:
             if kind == "refresh":

@@ -19,9 +19,8 @@ The task stream's new records go as deltas of typed columns; the flame graph get
 the profile of the task prefix and time window chosen in the browser (synced
 traits, read by the kernel at most once a second, or at once when they change).
 
-Messages from the browser are JSON, checked here: ``{"type": "refresh"}`` (send me
-everything), and ``explain`` / ``paths`` (a span's critical path and findings, checked
-and answered once by ``explain.py``). ``close()`` stops the updates.
+Messages from the browser are JSON, checked here; only ``{"type": "refresh"}``
+(send me everything) is acted upon. ``close()`` stops the updates.
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ except ModuleNotFoundError as exc:  # a plain install: the widgets are an extra
 
 from ..diagnostics.attach import source_of
 from ..diagnostics.source import Diagnosable, WouldBlock
-from . import explain
 from .hub import Hub, Publisher
 from .hub import hub as kernel_hub
 
@@ -143,10 +141,6 @@ class _LiveWidget(anywidget.AnyWidget):
     # -- browser -> kernel ------------------------------------------------------------------
 
     def _on_browser_message(self, _widget: Any, content: Any, buffers: list[bytes]) -> None:
-        if isinstance(content, dict) and content.get("type") in explain.KINDS and not buffers:
-            # a span's critical path and findings, asked by a view (explain.py)
-            self.send(explain.answer(self.source, explain.check_explain(content)))
-            return
         if isinstance(content, dict) and content.get("type") == "refresh" and not buffers:
             try:
                 self.publisher.send_full()

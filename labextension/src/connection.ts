@@ -74,7 +74,7 @@ function byteLength(b: Buffer): number {
 }
 
 export class ClusterConnection {
-  store = this.newStore();
+  store = new Store();
   state: State = 'connecting';
   /** The kernel restarted (or was replaced) since this page first reached it. */
   restarted = false;
@@ -207,17 +207,10 @@ export class ClusterConnection {
     this.setState('no-package');
   }
 
-  /** A store whose views ask the kernel to explain spans on this channel. */
-  private newStore(): Store {
-    const store = new Store();
-    store.explain.send = (request) => this.send(request);
-    return store;
-  }
-
   /** Forget what this kernel sent: its cluster is gone. */
   private reset(): void {
     this.dropComm();
-    this.store = this.newStore();
+    this.store = new Store();
     this.cluster = null;
     this.memory = [];
     this.workers = [];
@@ -300,10 +293,8 @@ export class ClusterConnection {
     const size = JSON.stringify(data).length + buffers.reduce((n, b) => n + byteLength(b), 0);
     this.stats.bytes += size;
     this.countByFeed(data, buffers, size);
-    if (this.store.explain.receive(data)) return; // a span explained, as a view asked
     switch (data.type) {
       case 'hello':
-        this.store.explain.reset(); // what was asked before the channel opened is asked again
         this.subscribed = '';
         this.subscribe();
         if (this.compareListeners.size) this.askCompare(); // a Compare panel is open

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import traceback
 from operator import add
@@ -13,6 +14,7 @@ from kernel_cluster.client.futures import CancelledError, as_completed, wait
 from kernel_cluster.core.spec import GraphError
 
 from .helpers import (
+    FileEvent,
     blocked_until,
     on_loop,
     scheduler_keys,
@@ -239,7 +241,7 @@ def test_as_completed_timeout(client, new_event):
 def test_result_timeout_leaves_the_task_running(client, cluster, new_event):
     event = new_event()
     f = client.submit(blocked_until, event, 7)
-    with pytest.raises(TimeoutError, match="keeps running"):
+    with pytest.raises(TimeoutError, match="goes on"):
         f.result(timeout=0.1)
     with pytest.raises(TimeoutError):
         f.exception(timeout=0.01)
@@ -247,6 +249,60 @@ def test_result_timeout_leaves_the_task_running(client, cluster, new_event):
     assert on_loop(cluster, lambda: cluster.scheduler.state.tasks[f.key].state) == "processing"
     event.set()
     assert f.result(timeout=10) == 7
+
+
+def _running_on(cluster, key):
+    ts = cluster.scheduler.state.tasks.get(key)
+    return ts.processing_on.address if ts is not None and ts.processing_on else None
+
+
+def test_a_timeout_names_the_timeout_given_and_what_the_task_is_doing(client, cluster, new_event):
+    """A user trial's timeouts said "not done after 1.99 s" for ``wait(fs, timeout=6)``
+    (the time left for the last future, not the timeout given) and "the task keeps
+    running" of tasks that had not started: now the timeout given, and the task's
+    state on the scheduler."""
+    event = new_event()
+    running = client.submit(blocked_until, event, 1)
+    wait_for(lambda: on_loop(cluster, _running_on, cluster, running.key), 30, "it to run")
+    worker = on_loop(cluster, _running_on, cluster, running.key)
+    with pytest.raises(TimeoutError) as info:
+        running.result(timeout=0.2)
+    text = str(info.value)
+    assert "timeout of 0.2 s" in text and "running" in text and worker in text, text
+    waiting = client.submit(inc, running)  # waits for the blocked one
+    with pytest.raises(TimeoutError) as info:
+        wait([running, waiting], timeout=0.3)
+    text = str(info.value)
+    assert "timeout of 0.3 s" in text, text
+    nowhere = client.submit(inc, 1, workers=["tcp://10.0.0.1:1"], pure=False)
+    with pytest.raises(TimeoutError) as info:
+        nowhere.result(timeout=0.2)
+    text = str(info.value)
+    assert "no worker" in text and "tcp://10.0.0.1:1" in text, text
+    event.set()
+    assert waiting.result(timeout=60) == 2
+    nowhere.cancel()
+
+
+def test_gather_with_a_timeout_names_it_and_what_the_task_not_done_is_doing(
+    client, cluster, new_event
+):
+    """``client.gather(fs, timeout=t)`` (a user trial asked for it, as Future.result
+    and wait have it): the same message, for the first future not done."""
+    event = new_event()
+    done = client.submit(inc, 1)
+    running = client.submit(blocked_until, event, 1)
+    wait_for(lambda: on_loop(cluster, _running_on, cluster, running.key), 30, "it to run")
+    worker = on_loop(cluster, _running_on, cluster, running.key)
+    with pytest.raises(TimeoutError) as info:
+        client.gather([done, running], timeout=0.3)
+    text = str(info.value)
+    assert "timeout of 0.3 s" in text and running.key in text, text
+    assert "running" in text and worker in text, text
+    with pytest.raises(ValueError, match="timeout=-1"):
+        client.gather([done], timeout=-1)
+    event.set()
+    assert client.gather([done, running], timeout=60) == [2, 1]
 
 
 # -- cancellation -----------------------------------------------------------------------
@@ -344,3 +400,24 @@ def test_cancel_a_finished_future_releases_it(client, cluster):
     with pytest.raises(CancelledError):
         f.result()
     wait_for(lambda: scheduler_keys(cluster) == set(), what="the cancelled result to be freed")
+
+
+def test_an_asynchronous_result_timeout_says_what_the_task_is_doing(tmp_path):
+    """``await future.result(timeout=t)`` said only that the task goes on: now, as the
+    blocking one does, the timeout given and the task's state on the scheduler."""
+    event = FileEvent(tmp_path / "go")
+
+    async def main() -> tuple[str, str, list]:
+        async with Client(asynchronous=True, n_workers=1, threads_per_worker=1) as client:
+            running = client.submit(blocked_until, event, 1)
+            with pytest.raises(TimeoutError) as info:
+                await running.result(timeout=0.2)
+            with pytest.raises(TimeoutError) as gathered:
+                await client.gather([running], timeout=0.2)
+            event.set()
+            return str(info.value), str(gathered.value), await client.gather([running])
+
+    text, gathered, values = asyncio.run(main())
+    assert "timeout of 0.2 s" in text and "worker" in text, text
+    assert "timeout of 0.2 s" in gathered and "worker" in gathered, gathered
+    assert values == [1]

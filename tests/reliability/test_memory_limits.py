@@ -4,7 +4,9 @@
 ``memory_limit`` on a worker process got the worker restarted as stuck, the same
 values computed again, and the worker restarted again, for ever. Now a value held
 unspilled through ``allowed_failures`` + 1 such restarts fails its task with
-``UnspillableMemoryError``, which names the cause and what to do.
+``UnspillableMemoryError``, which names the cause and what to do; a worker its nanny
+ends first (past ``memory_terminate_fraction``) counts too, for the values it last
+reported it could not spill.
 
 32.8, before: one task allocating three times the limit ran to the end, with only a
 "paused" line in the log. Now the nanny ends a worker process whose memory passes
@@ -25,7 +27,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from kernel_cluster import Client, KilledWorker
+from kernel_cluster import Client, KilledWorker, wait
 from kernel_cluster.engine.cluster import KernelCluster
 from tests.engine.helpers import on_loop, pickled_by_value, wait_for
 
@@ -92,8 +94,66 @@ def test_values_that_cannot_spill_fail_after_bounded_restarts() -> None:
         assert client.submit(sum, [1, 2]).result(timeout=30) == 3
 
 
+def unspillable_large(i: int) -> Unspillable:
+    # two of them at once (two threads) pass 95% of 200 MiB before a pause can stop
+    # the second: the nanny ends the worker before it could call itself stuck
+    return Unspillable(80 * MiB)
+
+
+@pytest.mark.timeout(180)
+def test_unpicklable_values_past_a_small_limit_end_and_the_cluster_goes_on() -> None:
+    """Issue 26.2 with the default terminate fraction: the nanny ended the worker
+    before it could call itself stuck, so the scheduler never learnt that its values
+    could not spill, and computed them again for ever. The worker now reports them as
+    they pile up, and its death counts as a restart for each of them."""
+    with (
+        KernelCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            memory_limit="200 MiB",
+            allowed_failures=1,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        # 640 MiB that the task summing them needs at once: it can never run
+        futures = client.map(unspillable_large, range(8))
+        total = client.submit(total_bytes, futures)
+        with pytest.raises(MemoryError) as info:
+            total.result(timeout=150)
+        text = str(info.value)
+        assert "cannot be spilled" in text and "memory_limit" in text, text
+        assert "cannot pickle '_thread.lock'" in text, text
+        # every one ends: failed (those held are at fault; one running when the nanny
+        # struck may be blamed for it), or held on a worker that can hold it
+        wait(futures, timeout=120)
+        failed = [f for f in futures if f.status == "error"]
+        assert failed, [f.status for f in futures]
+        for f in failed:
+            error = f.exception()
+            assert isinstance(error, MemoryError | KilledWorker), error
+            assert "memory_limit" in str(error), error
+        wait_for(lambda: len(cluster.worker_pids()) == 1, 30, "a worker to be back")
+        assert client.submit(sum, [1, 2]).result(timeout=60) == 3
+
+
 def allocate(n: int) -> int:
     block = np.ones(n, dtype=np.uint8)  # touches every page: resident at once
+    return int(block[::4096].sum())
+
+
+def allocate_and_hold(n: int) -> int:
+    """A task working on three times its worker's limit for a minute.
+
+    The nanny samples memory every ``memory_monitor_interval``: a block allocated,
+    summed and freed in between two samples (``allocate`` on a busy machine did so in
+    2 runs of 6) is never seen, which is what a sampler is.
+    """
+    block = np.ones(n, dtype=np.uint8)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        block[::4096] += 1  # still in use
     return int(block[::4096].sum())
 
 
@@ -110,7 +170,7 @@ def test_a_task_allocating_past_the_limit_fails_naming_the_limit_and_the_peak() 
         Client(cluster) as client,
     ):
         pids = cluster.worker_pids()
-        future = client.submit(allocate, 600 * MiB)
+        future = client.submit(allocate_and_hold, 600 * MiB)
         with pytest.raises(KilledWorker) as info:
             future.result(timeout=90)
         text = str(info.value)

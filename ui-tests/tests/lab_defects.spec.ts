@@ -258,6 +258,22 @@ test('8. renaming a notebook keeps its panels, after a reload too', async ({ pag
   await expect(fm.locator('.kc-lab-state')).toBeHidden();
   await expectFineMetrics(fm, ['load']);
   await expect(sidebar(page).locator('.kc-lab-sidebar-notebook')).toHaveText('renamed.ipynb');
+  // JupyterLab saves the layout's widget names when the layout changes, not on a
+  // rename (a notebook renamed and reloaded at once is lost the same way): the user
+  // goes back to the notebook and then the panel, and the workspace is saved with
+  // the new names before the reload
+  const renamed = `kernel-cluster:fine-metrics:${tmpPath}/renamed.ipynb`;
+  const saved = page.waitForRequest(
+    (r) => {
+      if (r.method() !== 'PUT' || !r.url().includes('/api/workspaces')) return false;
+      const layout = JSON.parse(r.postData() ?? '{}')?.data?.['layout-restorer:data'];
+      return JSON.stringify(layout?.main ?? {}).includes(renamed);
+    },
+    { timeout: 30000 },
+  );
+  await page.notebook.activate('renamed.ipynb');
+  await (await tabOf(page, fm)).click();
+  await saved;
   await reload(page);
   await expect(fm).toBeVisible({ timeout: 30000 });
   await expect(fm.locator('.kc-lab-state')).toBeHidden({ timeout: 30000 });

@@ -21,9 +21,6 @@ export const KNOWN: Record<string, string> = {
   'idle: scheduler-queued': '#bfb0de',
   'idle: paused': '#dccb72',
   'idle: other': '#cdd1d5',
-  // a span's thread time that neither its tasks nor the idle filed under it used
-  // (kernel_cluster/core/span_folding.py IDLE): mostly other spans' tasks
-  'idle or other spans': '#b7c0cc',
   executor: '#8e6cc4',
   other: '#a0785a',
   offload: '#c78fb5',
@@ -38,22 +35,6 @@ export const KNOWN: Record<string, string> = {
   output: '#6f7d8c',
   tasks: '#5a9bd5',
 };
-
-/** The idle family in legend order: time no task of the span used, by why. */
-export const IDLE_ACTIVITIES = [
-  'idle: no-ready-task',
-  'idle: waiting-for-data',
-  'idle: scheduler-queued',
-  'idle: paused',
-  'idle: other',
-  'idle',
-  'idle or other spans',
-] as const;
-
-/** Whether an activity is idle time (undivided, by reason, or a span's other time). */
-export function isIdleActivity(activity: string | null): boolean {
-  return activity !== null && (activity === 'idle' || activity.startsWith('idle: ') || activity === 'idle or other spans');
-}
 
 /** For the other activities: Tableau's ten, but its orange, which thread-noncpu has. */
 const EXTRA = schemeTableau10.filter((c) => c !== '#f28e2c');

@@ -3,7 +3,6 @@
 import type { Filters } from './aggregate';
 import { h } from './dom';
 import { CompareView } from './compare';
-import { ExplainView } from './explain';
 import { FineMetricsView } from './fineMetrics';
 import { FlameGraphView } from './flameGraph';
 import { liveProfileSource } from './profileSources';
@@ -52,8 +51,6 @@ export interface Mounted {
   /** The host changed size: the views that draw at a width draw again. */
   resize(): void;
   compare?: CompareView;
-  /** The chosen span explained (critical path, idle, findings): with a span tree. */
-  explain?: ExplainView;
   destroy(): void;
 }
 
@@ -117,13 +114,11 @@ export function mount(kind: Kind, el: HTMLElement, store: Store, b: Binding, wid
       };
     }
   }
-  // the span chosen in the tree, explained: under the tree, or under the dashboard's metrics
-  if (out.spanTree) out.explain = new ExplainView(kind === 'dashboard' ? host : el, store);
   if (out.spanTree) {
     const tree = out.spanTree;
     cleanups.push(b.onChange(['selected'], () => tree.select(String(b.get('selected') ?? ''))));
   }
-  for (const view of [out.fineMetrics, out.spanTree, out.progress, out.taskStream, out.flameGraph, out.profilerPlots, out.compare, out.explain]) {
+  for (const view of [out.fineMetrics, out.spanTree, out.progress, out.taskStream, out.flameGraph, out.profilerPlots, out.compare]) {
     if (view) cleanups.push(() => view.destroy());
   }
   return out;

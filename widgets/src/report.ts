@@ -2,8 +2,6 @@
 // the recorded data into the page as JSON (binary buffers in base64) next to this
 // script, which draws the same views as the notebook widgets, offline.
 import { CompareView, type CompareData } from './compare';
-import { findingsView } from './explain';
-import type { FindingsData } from './explanations';
 import { h } from './dom';
 import { formatBytes, formatSeconds } from './format';
 import { mount, type Binding } from './mount';
@@ -120,8 +118,32 @@ export function renderReport(root: HTMLElement, data: ReportData): void {
 }
 
 /** What the block's numbers say to try (kernel_cluster/diagnostics/queries/findings.py as_data). */
-export type FindingsSection = FindingsData;
-export { findingsView };
+export interface FindingsSection {
+  found: { rule: string; title: string; cost: number; evidence: string; advice: string }[];
+  unchecked: Record<string, string>;
+}
+
+export function findingsView(root: HTMLElement, section: FindingsSection | undefined): void {
+  if (!section) {
+    root.append(h('p', { class: 'kc-empty', text: 'Not evaluated.' }));
+    return;
+  }
+  if (!section.found.length) root.append(h('p', { class: 'kc-empty', text: 'Nothing to report.' }));
+  else {
+    const list = h('ol', { class: 'kc-findings' });
+    for (const f of section.found) {
+      list.append(h('li', { 'data-rule': f.rule },
+        h('strong', { text: f.title }),
+        h('div', { class: 'kc-note', text: `evidence: ${f.evidence}` }),
+        h('div', { text: `try: ${f.advice}` })));
+    }
+    root.append(list);
+  }
+  const unchecked = Object.entries(section.unchecked);
+  if (unchecked.length) {
+    root.append(h('p', { class: 'kc-note', text: `Not checked: ${unchecked.map(([r, why]) => `${r} (${why})`).join('; ')}` }));
+  }
+}
 
 /** Profiles as a page carries them (kernel_cluster/diagnostics/profile_feed.py static_profiles). */
 export interface EmbeddedProfiles {

@@ -2,7 +2,6 @@
 // state and how far along it is. Choosing a row selects that span (and its
 // children), which a linked fine metrics view uses as its filter.
 import { h } from './dom';
-import { pathText } from './explain';
 import { formatBytes, formatSeconds } from './format';
 import type { Store } from './store';
 import type { SpanRecord } from './types';
@@ -66,20 +65,12 @@ export class SpanTreeView {
     this.body = h('div', { class: 'kc-tree', role: 'tree' });
     this.root = h('div', { class: 'kc-view kc-span-tree' }, h('div', { class: 'kc-title', text: 'Spans' }), this.body);
     host.append(this.root);
-    const a = store.subscribe(() => this.render());
-    const b = store.explain.subscribe(() => this.render());
-    this.unsubscribe = () => {
-      a();
-      b();
-    };
-    if (this.selected) store.explain.setFocus(this.selected);
+    this.unsubscribe = store.subscribe(() => this.render());
     this.render();
   }
 
-  /** Choose a span: it is also the one the store's views explain. */
   select(id: string): void {
     this.selected = id;
-    this.store.explain.setFocus(id);
     this.render();
   }
 
@@ -91,8 +82,6 @@ export class SpanTreeView {
 
   render(): void {
     const spans = this.store.spans.records;
-    // finished spans' critical-path lengths, asked once each (not in the updates)
-    this.store.explain.askPaths(spans);
     const children = childrenOf(spans);
     const rows: HTMLElement[] = [];
     const walk = (id: string, depth: number) => {
@@ -150,7 +139,6 @@ export class SpanTreeView {
         'data-seconds': String(wall),
         title: `Wall time: ${formatSeconds(wall)} from the first task's submission to the last task's end${span.done ? '' : ' (so far)'}`,
       }),
-      this.pathCell(id, wall),
       h('span', {
         class: 'kc-span-task',
         text: `tasks ${formatSeconds(span.duration)}`,
@@ -170,18 +158,6 @@ export class SpanTreeView {
       this.options.onSelect?.(next);
     });
     return row;
-  }
-
-  /** The critical path's length beside the wall time, once the kernel said it. */
-  private pathCell(id: string, wall: number): HTMLElement {
-    const p = this.store.explain.paths.get(id);
-    if (!p) return h('span', { class: 'kc-span-path', title: p === null ? 'No critical path for this span' : 'Critical path: once the span is done' });
-    return h('span', {
-      class: 'kc-span-path',
-      text: pathText(p.length, p.wall || wall),
-      'data-seconds': String(p.length),
-      title: `Critical path: ${formatSeconds(p.length)} of the span's ${formatSeconds(p.wall || wall)} wall time: the chain of tasks whose ends decided when it ended (choose the span to see it)`,
-    });
   }
 
   destroy(): void {

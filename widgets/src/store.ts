@@ -2,7 +2,6 @@
 // rebuilt from full messages and deltas. One store per widget model, shared by
 // all its views, so a second view shows everything at once.
 import { toArrayBuffer } from './buffers';
-import { Explanations } from './explanations';
 import { ProfileData } from './profileData';
 import { TaskTable } from './taskTable';
 import type { Buffer, MetricsPart, Part, ProfilePart, RecordsPart, SpanRecord, StateCounts, TasksPart } from './types';
@@ -86,8 +85,6 @@ export class Store {
   progress = new RecordsTable<StateCounts>();
   tasks = new TaskTable();
   profile = new ProfileData();
-  /** Spans explained on request (critical path, findings): not in the updates. */
-  explain = new Explanations();
   /** A delta arrived that does not follow what we hold: ask for everything. */
   stale = false;
   private listeners = new Set<() => void>();

@@ -11,7 +11,6 @@
 import { ACTION_COLORS, ACTIONS } from './colors';
 import { capture, fitWidth, formatOffset, FrameScheduler, onThemeChange, sizeCanvas, themeColor, timeTicks } from './canvas';
 import { h, Tooltip } from './dom';
-import { pathText } from './explain';
 import { formatBytes, formatSeconds } from './format';
 import type { Store } from './store';
 import type { TaskTable } from './taskTable';
@@ -57,14 +56,6 @@ export class TaskStreamView {
   lastDrawMs = 0;
   /** Task prefixes and actions the legend hides. */
   hidden: Set<string>;
-  /** Highlight the critical path of ``pathSpan`` (the toolbar's toggle). */
-  showPath = false;
-  pathSpan = '';
-  /** The path's compute rectangles drawn in the last frame. */
-  pathDrawn = 0;
-  private pathButton: HTMLButtonElement;
-  private pathNote: HTMLSpanElement;
-  private pathCache: { answer: unknown; version: number; rects: number[] } | null = null;
   private tooltip: Tooltip;
   private legend: HTMLDivElement;
   private info: HTMLSpanElement;
@@ -87,20 +78,12 @@ export class TaskStreamView {
     this.info = h('span', { class: 'kc-note' });
     const fit = h('button', { class: 'kc-fit', text: 'Fit', title: 'Show every task and follow new ones' });
     fit.addEventListener('click', () => this.fit());
-    this.pathButton = h('button', {
-      class: 'kc-path-toggle',
-      text: 'Critical path',
-      'aria-pressed': 'false',
-      title: "Outline the chain of tasks whose ends decided when the span ended (the span chosen in a span tree, or the latest); dim the rest",
-    });
-    this.pathButton.addEventListener('click', () => this.setShowPath(!this.showPath));
-    this.pathNote = h('span', { class: 'kc-note kc-path-note' });
     const plot = h('div', { class: 'kc-canvas-box' }, this.canvas);
     this.root = h(
       'div',
       { class: 'kc-view kc-task-stream' },
       h('div', { class: 'kc-title' }, `${options.title ?? 'Task stream'} `, this.info),
-      h('div', { class: 'kc-controls' }, fit, this.pathButton, this.pathNote, h('span', { class: 'kc-note', text: 'wheel: zoom · drag: pan · double-click: fit · legend: click hides, shift-click shows only that' })),
+      h('div', { class: 'kc-controls' }, fit, h('span', { class: 'kc-note', text: 'wheel: zoom · drag: pan · double-click: fit · legend: click hides, shift-click shows only that' })),
       this.legend,
       plot,
     );
@@ -110,11 +93,9 @@ export class TaskStreamView {
     this.listen();
     const unwatch = onThemeChange(() => this.frame.request());
     const unsubscribe = store.subscribe(() => this.changed());
-    const unexplained = store.explain.subscribe(() => this.showPath && this.pathChanged());
     this.unsubscribe = () => {
       unwatch();
       unsubscribe();
-      unexplained();
     };
     if (typeof ResizeObserver === 'function' && options.width === undefined) {
       this.observer = new ResizeObserver(() => this.frame.request());
@@ -142,7 +123,6 @@ export class TaskStreamView {
     if (this.follow) this.domain = this.extent();
     this.info.textContent = t.ntasks ? `${t.ntasks.toLocaleString()} tasks` : '';
     this.updateLegend();
-    if (this.showPath) this.pathChanged();
     this.frame.request();
   }
 
@@ -236,8 +216,6 @@ export class TaskStreamView {
       }
     }
     ctx.restore();
-    this.pathDrawn = this.showPath ? this.paintPath(ctx, batches) : 0;
-    this.canvas.dataset.pathRects = String(this.pathDrawn);
     // worker names in the gutter, a line between workers
     ctx.font = '11px sans-serif';
     ctx.textBaseline = 'top';
@@ -271,131 +249,6 @@ export class TaskStreamView {
       ctx.fillText(formatOffset(m, step), x, plotH + 5);
     }
     ctx.textAlign = 'start';
-  }
-
-  // -- the critical path ------------------------------------------------------------
-
-  /** Turn the path's highlight on (asking the kernel for the span's path) or off. */
-  setShowPath(on: boolean): void {
-    this.showPath = on;
-    this.pathButton.setAttribute('aria-pressed', String(on));
-    this.root.dataset.path = on ? 'on' : 'off';
-    this.pathChanged();
-  }
-
-  /** The span whose path is shown: the one chosen in a span tree, else the latest
-   * finished top-level span, else the latest. */
-  private choosePathSpan(): string {
-    const ex = this.store.explain;
-    if (ex.focus) return ex.focus;
-    let best = '';
-    let bestKey = [-1, -Infinity];
-    for (const [id, s] of this.store.spans.records) {
-      if (s.parent !== null && this.store.spans.records.has(s.parent)) continue;
-      const key = [s.done ? 1 : 0, s.enqueued];
-      if (key[0] > bestKey[0] || (key[0] === bestKey[0] && key[1] > bestKey[1])) {
-        best = id;
-        bestKey = key;
-      }
-    }
-    return best;
-  }
-
-  private pathChanged(): void {
-    if (!this.showPath) {
-      this.pathNote.textContent = '';
-      this.frame.request();
-      return;
-    }
-    this.pathSpan = this.choosePathSpan();
-    const ex = this.store.explain;
-    if (!this.pathSpan) this.pathNote.textContent = 'no span yet';
-    else {
-      ex.want(this.pathSpan, this.store.spans.records.get(this.pathSpan));
-      const answer = ex.answers.get(this.pathSpan);
-      const name = this.store.spans.records.get(this.pathSpan)?.name.join(' / ') ?? this.pathSpan;
-      if (!answer) this.pathNote.textContent = `asking for ${name}'s path…`;
-      else if (answer.error || !answer.path) this.pathNote.textContent = answer.error ?? answer.path_error ?? 'no path';
-      else this.pathNote.textContent = `${name}: ${pathText(answer.path.length, answer.path.wall)}, ${answer.path.ntasks} tasks`;
-    }
-    this.frame.request();
-  }
-
-  /** Compute rectangles (numbers as in ``byRow``) of the path's tasks, in path order. */
-  pathRects(): number[] {
-    const answer = this.store.explain.answers.get(this.pathSpan);
-    const t = this.table;
-    if (this.pathCache && this.pathCache.answer === answer && this.pathCache.version === t.version) return this.pathCache.rects;
-    const rects: number[] = [];
-    const steps = answer?.path?.steps ?? [];
-    if (steps.length) {
-      const taskOf = new Map<string, number>();
-      steps.forEach((s) => taskOf.set(s.key, -1));
-      for (let i = 0; i < t.keys.length; i++) if (taskOf.has(t.keys[i])) taskOf.set(t.keys[i], t.firstTask + i);
-      const computeOf = new Map<number, number>();
-      const wanted = new Set([...taskOf.values()].filter((v) => v >= 0));
-      for (let i = 0; i < t.nrects; i++) {
-        if (t.rectAction.data[i] === 0 && wanted.has(t.rectTask.data[i])) computeOf.set(t.rectTask.data[i], t.rectBase + i);
-      }
-      for (const s of steps) {
-        const r = computeOf.get(taskOf.get(s.key) ?? -1);
-        if (r !== undefined) rects.push(r);
-      }
-    }
-    this.pathCache = { answer, version: t.version, rects };
-    return rects;
-  }
-
-  /** Dim what is drawn, then draw the path's tasks over it, outlined and joined. */
-  private paintPath(ctx: CanvasRenderingContext2D, batches: Batches): number {
-    if (!this.domain) return 0;
-    const t = this.table;
-    const W = this.width;
-    const plotH = this.height - AXIS;
-    const rh = batches.rowHeight;
-    const [a, b] = this.domain;
-    const w = this.plotWidth();
-    const scale = w / (b - a);
-    const position = new Map(this.order.map((row, pos) => [row, pos]));
-    ctx.save();
-    ctx.beginPath();
-    ctx.rect(GUTTER, 0, W - GUTTER, plotH);
-    ctx.clip();
-    ctx.globalAlpha = 0.72;
-    ctx.fillStyle = themeColor(this.root, '--kc-bg', '#ffffff');
-    ctx.fillRect(GUTTER, 0, W - GUTTER, plotH);
-    ctx.globalAlpha = 1;
-    const fg = themeColor(this.root, '--kc-fg', '#1f2328');
-    let drawn = 0;
-    let previous: [number, number] | null = null;
-    ctx.lineWidth = 1.5;
-    for (const r of this.pathRects()) {
-      const rect = t.rect(r);
-      const pos = position.get(rect.row);
-      if (pos === undefined) continue;
-      const x0 = GUTTER + (rect.start - a) * scale;
-      const x1 = GUTTER + (rect.stop - a) * scale;
-      const y = pos * rh;
-      const height = Math.max(2, rh - (rh >= 4 ? 1 : 0));
-      if (previous) {
-        // the hand-over from one step to the next: a line from its end to this start
-        ctx.strokeStyle = fg;
-        ctx.beginPath();
-        ctx.moveTo(previous[0], previous[1]);
-        ctx.lineTo(x0, y + height / 2);
-        ctx.stroke();
-      }
-      previous = [x1, y + height / 2];
-      if (x1 < GUTTER || x0 > W) continue;
-      const width = Math.max(2, x1 - x0);
-      ctx.fillStyle = t.colors[t.rectSlot.data[r - t.rectBase]];
-      ctx.fillRect(x0, y, width, height);
-      ctx.strokeStyle = fg;
-      ctx.strokeRect(x0 + 0.75, y + 0.75, Math.max(0.5, width - 1.5), Math.max(0.5, height - 1.5));
-      drawn++;
-    }
-    ctx.restore();
-    return drawn;
   }
 
   /** The narrow rectangles: one colour per row and device pixel, written straight

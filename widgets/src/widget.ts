@@ -59,10 +59,7 @@ export function modelBinding(model: WidgetModel): Binding {
 function initialize({ model }: { model: WidgetModel }): () => void {
   const store = storeFor(model);
   let asked = false;
-  // spans explained on request: asked on this widget's comm, answered on it
-  store.explain.send = (request) => model.send(request);
   const onMessage = (msg: unknown, buffers: Buffer[] = []) => {
-    if (store.explain.receive(msg)) return;
     if (!isUpdate(msg)) return;
     store.applyUpdate(msg.parts, buffers);
     if (store.stale && !asked) {

@@ -19,7 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from . import inproc, tcp
-from .auth import TOKEN_ENV, new_secret, secret_from_env, secret_from_file, write_secret_file
+from .auth import (
+    TOKEN_ENV,
+    new_secret,
+    secret_from_env,
+    secret_from_file,
+    secret_from_stdin,
+    write_secret_file,
+)
 from .batched import BatchedSend
 from .core import Comm, Handler, Listener
 from .errors import (
@@ -57,6 +64,7 @@ __all__ = [
     "pickle_value",
     "secret_from_env",
     "secret_from_file",
+    "secret_from_stdin",
     "unpickle",
     "write_secret_file",
 ]

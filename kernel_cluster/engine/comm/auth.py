@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +47,7 @@ __all__ = [
     "new_secret",
     "secret_from_env",
     "secret_from_file",
+    "secret_from_stdin",
     "write_secret_file",
 ]
 
@@ -90,6 +92,12 @@ def secret_from_env(name: str = TOKEN_ENV) -> bytes | None:
     if value is None:
         return None
     return _from_hex(value, f"environment variable {name}")
+
+
+def secret_from_stdin() -> bytes:
+    """The secret (hex) on the first line of standard input: how a KernelCluster hands
+    it to its worker processes, leaving no trace in their environment."""
+    return _from_hex(sys.stdin.readline(), "the first line of standard input")
 
 
 def secret_from_file(path: str | os.PathLike[str]) -> bytes:
