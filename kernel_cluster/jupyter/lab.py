@@ -12,8 +12,9 @@ open it, on the comm target ``kernel-cluster-lab``:
   view, ``show()``, and when a Client starts with no browser listening, so that
   panels opened before the cluster existed connect on their own;
 - ``import kernel_cluster`` opens nothing and starts no thread: it registers the
-  comm target only, and the browser, which asks again after each cell while it has
-  no channel (``labextension/src/connection.ts``), connects then.
+  comm target only, and the browser connects when it asks again: after a cell whose
+  code names kernel_cluster, else after a wait that doubles with each refusal (30 s
+  to 10 min: ``AskAgain`` in ``labextension/src/connection.ts``).
 
 Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
 
