@@ -204,11 +204,22 @@ export class ClusterConnection {
   }
 
   /** Code the kernel runs (any client's: iopub's execute_input) that names
-   * kernel_cluster may import it. */
+   * kernel_cluster may import it: ask once that execution is over (its idle status),
+   * not at some other idle meanwhile (a subshell's, while the import still runs). */
   private onIOPub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
-    if (msg.header.msg_type !== 'execute_input') return;
-    const code = (msg as KernelMessage.IExecuteInputMsg).content.code;
-    if (typeof code === 'string') this.again.ran(code);
+    const parent = (msg.parent_header as Partial<KernelMessage.IHeader>)?.msg_id ?? '';
+    if (msg.header.msg_type === 'execute_input') {
+      const code = (msg as KernelMessage.IExecuteInputMsg).content.code;
+      if (typeof code === 'string') this.again.ran(code, parent);
+    } else if (msg.header.msg_type === 'status') {
+      const state = (msg as KernelMessage.IStatusMsg).content.execution_state;
+      if (state === 'idle' && this.again.finished(parent)) this.askAgain();
+    }
+  }
+
+  /** Ask a kernel that refused, if nothing is under way. */
+  private askAgain(): void {
+    if (!this.waitingForNewKernel && !this.comm && this.state === 'no-package') this.open();
   }
 
   private onConnection(_: ISessionContext, status: Kernel.ConnectionStatus): void {
@@ -301,10 +312,13 @@ export class ClusterConnection {
       if (this.comm !== comm) return;
       this.comm = null;
       this.stopPinging();
-      if (!this.greeted) this.again.refused(performance.now());
+      const refused = !this.greeted;
+      if (refused) this.again.refused(performance.now());
       if (this.state === 'connecting' || this.state === 'live' || this.state === 'no-cluster') {
         this.setState('no-package');
       }
+      // code naming kernel_cluster finished after we asked: ask again
+      if (refused && this.again.named) this.askAgain();
     };
   }
 
@@ -544,11 +558,21 @@ export class AskAgain {
   static readonly LONGEST_WAIT = 600_000;
   private refusals = 0;
   private refusedAt = -Infinity;
-  private named = false;
+  /** Executions (by request id) whose code names kernel_cluster, not over yet. */
+  private naming = new Set<string>();
+  /** One of them is over since we last asked. */
+  named = false;
 
-  /** The kernel ran `code`. */
-  ran(code: string): void {
-    if (code.includes('kernel_cluster')) this.named = true;
+  /** The kernel runs `code`, for the request `id`. */
+  ran(code: string, id: string): void {
+    if (code.includes('kernel_cluster')) this.naming.add(id);
+  }
+
+  /** The request `id` is over; whether its code named kernel_cluster. */
+  finished(id: string): boolean {
+    if (!this.naming.delete(id)) return false;
+    this.named = true;
+    return true;
   }
 
   /** Should a kernel that just finished running something be asked now? */
