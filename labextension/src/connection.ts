@@ -228,9 +228,8 @@ export class ClusterConnection {
   }
 
   /** The kernel is back from a restart. Its new process has not imported
-   * kernel_cluster yet: we ask after its first cell, and it opens the comm itself when
-   * a Client starts. (Asking now could reach the old process, whose last messages may
-   * still be arriving.) */
+   * kernel_cluster yet: we ask after its first cell (`AskAgain`). (Asking now could
+   * reach the old process, whose last messages may still be arriving.) */
   private newKernel(): void {
     this.waitingForNewKernel = false;
     this.asked = true;
@@ -551,8 +550,7 @@ export class ClusterConnection {
  * kernel_cluster`), or else once the wait has passed, a wait that doubles with each
  * refusal (from `FIRST_WAIT` up to `LONGEST_WAIT`): a kernel that imports it through
  * another module is still found, and one that never does costs the kernel a refused
- * comm a few times an hour, not after every cell. (A Client started in the kernel
- * opens the comm itself.) Times in milliseconds. */
+ * comm a few times an hour, not after every cell. Times in milliseconds. */
 export class AskAgain {
   static readonly FIRST_WAIT = 30_000;
   static readonly LONGEST_WAIT = 600_000;
