@@ -15,7 +15,7 @@ from .engine.config import WorkerConfig
 from .engine.plugins import SchedulerPlugin
 from .engine.process_meter import context_meter
 from .engine.secede import rejoin, secede
-from .jupyter.lab import register as _register_lab
+from .jupyter import lab as _lab
 from .jupyter.lab import show
 from .jupyter.memory_chart import MemorySampler
 from .jupyter.notebook import progress
@@ -52,7 +52,7 @@ def load_ipython_extension(ip) -> None:
     from .jupyter.magics import register
 
     register(ip)
-    _register_lab(_lab_controls())
+    _lab.register(_lab_controls())
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
@@ -67,8 +67,11 @@ def _lab_controls():
     return LabControls()
 
 
-# in a Jupyter kernel: the JupyterLab panels' comm target (elsewhere: nothing)
-_register_lab(_lab_controls())
+# in a Jupyter kernel: answer the JupyterLab panels when they ask (elsewhere: nothing).
+# No thread and no comm here: the channel starts when the browser opens it, on
+# %load_ext kernel_cluster, on the first view or on show()
+_lab.set_controls(_lab_controls)
+_lab.register_target()
 
 
 __all__ = [

@@ -142,6 +142,8 @@ class SchedulerState:
         round trip to a worker process never leaves short tasks' threads idle."""
         self.tasks: dict[Key, TaskState] = {}
         self.spans = spans if spans is not None else SpanTree(now=lambda: 0.0)
+        # what changed since a reader's cursor (live views read only that)
+        self.changes = self.spans.changes
         self.workers: dict[str, WorkerRecord] = {}
         self.clients: dict[str, ClientRecord] = {}
         self.task_prefixes: dict[str, TaskPrefix] = {}
@@ -1162,9 +1164,11 @@ class SchedulerState:
     ) -> None:
         old = ts.state
         ts.state = new
-        gs = ts.group.states
+        group = ts.group
+        gs = group.states
         gs[old] -= 1
         gs[new] += 1
+        self.changes.task_moved(group.span_id, group.prefix.name)
         if old in PENDING_STATES:
             self.n_pending -= 1
         if new in PENDING_STATES:

@@ -41,6 +41,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
+from .changes import ChangeLog
 from .finished_log import FinishedLog, children_first
 from .metrics import add_metrics
 from .scheduler_tasks import ALL_STATES, TaskGroup
@@ -396,6 +397,9 @@ class SpanTree:
         # spans given tasks and not yet logged as finished (ordered: a dict), and the log
         self._open: dict[Span, None] = {}
         self._finished: FinishedLog[Span] = FinishedLog(FINISHED_LOG_LENGTH)
+        # spans opened, updated and closed, for live views (the scheduler's state
+        # shares it: tasks moving update their spans)
+        self.changes = ChangeLog()
 
     def nthreads_changed(self, time: float, total: int) -> None:
         self.total_nthreads_history.append((time, total))
@@ -459,6 +463,7 @@ class SpanTree:
         span = Span(name, span_id, parent, self.total_nthreads_history, time, self.now)
         self.spans[span_id] = span
         self.spans_search_by_name[name].append(span)
+        self.changes.span_opened(span_id)
         if parent is None:
             self.root_spans.append(span)
         else:
@@ -479,6 +484,8 @@ class SpanTree:
             self.root_spans.insert(self.root_spans.index(span), fold)
             self.spans_search_by_name[DEFAULT].insert(0, fold)
         fold.absorb(span)
+        self.changes.span_closed(span.id)
+        self.changes.span_updated(fold.id)
         del self.spans[span.id]
         self.root_spans.remove(span)
         self.spans_search_by_name[DEFAULT].remove(span)
@@ -486,10 +493,13 @@ class SpanTree:
         metrics = self.keyed_metrics
         if metrics is not None:  # its ("execute", id, ...) entries move to the fold's id
             for _, prefix, activity, unit in span._metrics:
-                value = metrics.pop(("execute", span.id, prefix, activity, unit), None)
+                old = ("execute", span.id, prefix, activity, unit)
+                value = metrics.pop(old, None)
                 if value is not None:
                     key = ("execute", fold.id, prefix, activity, unit)
                     metrics[key] = metrics.get(key, 0) + value
+                    self.changes.metric(old)  # gone: read as 0
+                    self.changes.metric(key)
 
     def is_folded(self, span_id: object) -> bool:
         """Whether ``span_id`` is a default span that has been folded."""
@@ -515,8 +525,11 @@ class SpanTree:
         return out
 
     def add_metrics(self, delta: dict[tuple[Any, ...], float]) -> None:
-        """Worker metrics keyed ("execute", span_id, prefix, activity, unit) go to spans."""
+        """Worker metrics keyed ("execute", span_id, prefix, activity, unit) go to spans;
+        every key of ``delta`` (the owner's rows: ``keyed_metrics``) is logged as changed."""
+        touched = self.changes.metric
         for key, value in delta.items():
+            touched(key)
             if key[0] != "execute" or len(key) != 5 or key[1] is None:
                 continue
             span = self.spans.get(key[1])
@@ -524,6 +537,7 @@ class SpanTree:
                 span = self.folded
             if span is not None:
                 span.add_metrics(("execute", key[2], key[3], key[4]), value)
+                self.changes.span_updated(span.id)
 
     # -- finished spans ---------------------------------------------------------------------
 

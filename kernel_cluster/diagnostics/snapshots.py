@@ -313,3 +313,26 @@ def records_runs(
         if run is not None:
             out.append(run)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What changed in a source since a cursor (``changes_since``; live views read
+    this instead of the whole state). ``cursor``: what to pass next time. ``full``:
+    the reader had no cursor or fell off the source's log: ``metrics``, ``spans`` and
+    ``progress`` then hold everything, ``closed_spans`` and ``tasks`` nothing, and
+    readers of the task stream read it again from their own index
+    (``task_stream_since``). Otherwise: the metric rows changed, with their values
+    now (0 for a row that went, a folded span's); the spans opened or changed, their
+    parents and every running span (its ``stop`` is now); the ids of spans that went;
+    the task prefixes whose counts changed, and the task-stream records appended.
+    ``task_index``: the number the next task-stream record will get."""
+
+    cursor: int
+    full: bool
+    metrics: Metrics
+    spans: tuple[SpanInfo, ...]
+    closed_spans: tuple[str, ...]
+    progress: dict[str, dict[str, int]]
+    tasks: tuple[TaskStreamRecord, ...]
+    task_index: int

@@ -459,7 +459,7 @@ class Scheduler:
 
     def add_worker_metrics(self, delta: dict) -> None:
         delta = self.spans.fold_keys(delta)  # tasks of a span that has folded since
-        add_metrics(self.worker_metrics, delta)
+        add_metrics(self.worker_metrics, delta)  # its rows go in the change log here:
         self.spans.add_metrics(delta)
         cumulative = self.cumulative_worker_metrics
         for key, value in delta.items():

@@ -13,8 +13,10 @@ since record N".
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from typing import Any, ClassVar
 
+from ..core.changes import ChangeLog
 from .plugins import SchedulerPlugin, startstop_dicts
 
 
@@ -31,6 +33,10 @@ class TaskStreamPlugin(SchedulerPlugin):
         # time in the collections made while later tasks run.
         self.buffer: deque[tuple] = deque(maxlen=maxlen)
         self.index = 0  # records ever made; the next one gets this number
+        self.changes: ChangeLog | None = None  # the scheduler's, told of each record
+
+    def start(self, scheduler: Any) -> None:
+        self.changes = scheduler.state.changes
 
     def transition(
         self,
@@ -65,11 +71,32 @@ class TaskStreamPlugin(SchedulerPlugin):
                 sent,
             )
         )
+        if self.changes is not None:
+            self.changes.task_appended(self.index)
         self.index += 1
 
     def since(self, index: int) -> list[dict]:
         """Records numbered ``index`` or later that are still in the history."""
-        return [_record(r) for r in self.since_raw(index)]
+        return [_record(r) for r in self.raw_since(index)]
+
+    def raw_since(self, index: int, count: int | None = None) -> list[tuple]:
+        """The raw records (tuples) numbered ``index`` or later, at most ``count``:
+        a cheap copy, for readers that make them into records off the loop."""
+        buffer = self.buffer
+        if not buffer:
+            return []
+        skip = max(0, index - buffer[0][0])
+        n = len(buffer) - skip
+        if count is not None:
+            n = min(n, count)
+        if n <= 0:
+            return []
+        if skip > len(buffer) // 2:  # near the end (a live reader's case): walk from there
+            tail = len(buffer) - skip - n
+            out = list(islice(reversed(buffer), tail, tail + n))
+            out.reverse()
+            return out
+        return list(islice(buffer, skip, skip + n))
 
     def window(self, start: float | None, stop: float | None, count: int | None) -> list[dict]:
         """Records of tasks that ended in [start, stop]; the last ``count`` of them."""
@@ -78,14 +105,6 @@ class TaskStreamPlugin(SchedulerPlugin):
     # The raw tuples (``_FIELDS``, then startstops, dependencies, sent) for readers on
     # the loop that make their own copies elsewhere: the engine's DiagnosticsSource
     # turns them into snapshots on its caller's thread. The tuples never change.
-
-    def since_raw(self, index: int) -> list[tuple]:
-        if not self.buffer:
-            return []
-        skip = max(0, index - self.buffer[0][0])
-        if skip == 0:
-            return list(self.buffer)
-        return [r for i, r in enumerate(self.buffer) if i >= skip]
 
     def window_raw(self, start: float | None, stop: float | None, count: int | None) -> list[tuple]:
         if start is None and stop is None:

@@ -1,34 +1,31 @@
 """The kernel's side of the JupyterLab panels: one comm per browser, fed by the
 same feeds as the inline widgets.
 
-JupyterLab's extension (``labextension/``) keeps one connection per notebook
-kernel, shared by the sidebar and every panel of that notebook. Either side may
-open it, on the comm target ``kernel-cluster-lab``:
+JupyterLab's extension (``labextension/``) keeps one connection per notebook kernel,
+shared by its sidebar and panels. Either side opens it (comm target ``kernel-cluster-lab``):
 
 - the browser when it meets a kernel (a notebook opened, a page reloaded, a kernel
   restarted); a kernel without kernel_cluster imported closes it;
-- the kernel (``announce``) when kernel_cluster is imported and when a Client starts
-  with no browser listening: panels opened before the cluster connect by themselves.
+- the kernel (``announce``) on ``%load_ext kernel_cluster``, the first view, ``show()``
+  and a Client starting with no browser listening. ``import kernel_cluster`` only
+  registers the target; the browser asks again after a cell naming kernel_cluster,
+  or after a doubling wait (``AskAgain`` in ``labextension/src/connection.ts``).
 
 Messages, kernel -> browser (JSON, plus binary buffers for ``update``):
 - ``{"type": "hello", "protocol": 1}`` once a channel is open;
 - ``{"type": "status", "cluster": {...} | None, "memory": [...] | None}``: the
-  sidebar's summary (``cluster_summary``), at most once a second when it changed;
+  sidebar's summary (``lab_status.cluster_summary``: the engine, scheduler, dashboard,
+  what the controls may do; the worker rows with ``workers``), at most once a second;
 - ``{"type": "memory", "samples": [[time, process, managed, unmanaged, spilled]]}``:
   the memory history kept here, all of it (after a reload or a new cluster);
 - ``{"type": "update", "parts": [...]}``: the feeds' deltas (``publisher.Publisher``);
 - ``{"type": "show", "kind": ..., "mode": ...}``: open a panel (``show()``);
 - ``{"type": "control", "request": ..., "ok": bool, "message": str}``: how a cluster
-  control went (``cluster_controls.py``).
-
+  control went (``cluster_controls.py``);
 - ``{"type": "compare", "runs", "a", "b", "data", "error"}``: the Compare panel's
   state, in answer to its request (``compare.state``).
 
-The status's ``cluster`` names the engine, the scheduler and its dashboard, and what
-the sidebar's controls may do; with ``workers``, the worker table's rows too.
-
 Browser -> kernel, validated here (anything else is logged and dropped):
-
 - ``{"type": "refresh"}``: send everything again (a new page, or a lost delta);
 - ``{"type": "subscribe", "feeds": [...]}``: the optional feeds the open panels
   need (``tasks``, ``profile``, ``workers``, ``compare``: the runs to choose from,
@@ -57,16 +54,19 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..diagnostics.attach import default_source, watch_default_source
-from ..diagnostics.snapshots import ClusterInfo
 from ..diagnostics.source import DiagnosticsSource
 from . import explain
+from . import hub as hub_module
 from .cluster_controls import CONTROLS, ClusterControls, ControlRunner, check_control
+from .hub import Hub as KernelHub
+from .hub import Mirror, Publisher, message_size
+from .lab_status import cluster_summary, memory_sample
 from .notebook import in_notebook
-from .publisher import Publisher, message_size
-from .worker_table import identity, worker_rows
+from .worker_table import worker_rows
 
 logger = logging.getLogger(__name__)
 
@@ -89,50 +89,9 @@ INTERVAL = 0.5  # seconds between two looks at the cluster
 STATUS_INTERVAL = 1.0  # seconds between two status messages (and memory samples)
 RUNS_INTERVAL = 2.0  # seconds between two looks for new runs, while a Compare panel is open
 MEMORY_SAMPLES = 3600  # an hour of memory history at one sample a second
-CURRENT_SPANS = 8  # how many running spans the sidebar lists
 PING_SECONDS = 5.0  # how often a page pings (labextension/src/connection.ts)
 STALE_SECONDS = 4 * PING_SECONDS  # a channel silent this long has lost its page
 MAX_REF = 1000  # characters of a run's reference from the browser
-
-
-def cluster_summary(source: DiagnosticsSource, info: ClusterInfo | None = None) -> dict[str, Any]:
-    """What the sidebar shows of a cluster, read through its DiagnosticsSource."""
-    info = source.info() if info is None else info
-    workers = info.workers
-    now: collections.Counter[str] = collections.Counter()  # tasks the scheduler holds
-    for states in source.progress().values():
-        now.update(states)
-    spans = source.spans(refresh=False)
-    ever: collections.Counter[str] = collections.Counter()  # root spans count forgotten ones too
-    for s in spans:
-        if s.parent is None:
-            ever.update(s.states)
-    running = [s for s in spans if not s.done and s.id != "default-folded"]
-    running.sort(key=lambda s: s.start or s.enqueued or 0.0)
-    return {
-        "kind": source.kind,
-        **identity(info),
-        "workers": len(workers),
-        "threads": info.total_nthreads,
-        "memory_limit": sum(w.memory_limit_bytes or 0 for w in workers.values()),
-        "tasks": {
-            "in_flight": now["processing"],
-            "waiting": now["waiting"] + now["queued"] + now["no-worker"],
-            # released: a result dropped once nothing needed it (widgets/src/spanTree.ts)
-            "done": ever["memory"] + ever["forgotten"] + ever["released"],
-            "erred": ever["erred"],
-        },
-        "spans": [{"id": s.id, "name": list(s.name)} for s in running[-CURRENT_SPANS:]],
-    }
-
-
-def memory_sample(source: DiagnosticsSource, now: float) -> list[float] | None:
-    """``[time, process, managed, unmanaged, spilled]`` bytes, or None if the source
-    cannot tell."""
-    m = source.memory()
-    if m is None:
-        return None
-    return [now, m.process_bytes, m.managed_bytes, m.unmanaged_bytes, m.spilled_bytes]
 
 
 def _number_or_none(value: Any) -> float | None:
@@ -224,13 +183,25 @@ class Channel:
     def bind(self, source: DiagnosticsSource | None) -> None:
         """Feed this browser from ``source`` (None: no cluster), starting afresh."""
         with self._lock:
-            self.publishers = {}
-            if source is not None:
+            self._drop_publishers()
+            if source is not None and not self.closed:
                 main = (*BASE_FEEDS, *(f for f in self.optional if f == "tasks"))
                 self.publishers["main"] = self._publisher(source, main, INTERVAL)
                 if "profile" in self.optional:  # asks every worker: once a second at most
                     self.publishers["profile"] = self._publisher(source, ("profile",), 1.0)
                     self._select_profile()
+                for publisher in self.publishers.values():  # the kernel's hub ticks them
+                    self.hub.kernel_hub.subscribe(publisher)
+
+    def _drop_publishers(self) -> None:
+        for publisher in self.publishers.values():
+            publisher.close()
+        self.publishers = {}
+
+    @property
+    def mirror(self) -> Mirror | None:
+        main = self.publishers.get("main")
+        return main.mirror if main is not None else None
 
     def _publisher(
         self, source: DiagnosticsSource, feeds: tuple[str, ...], interval: float
@@ -242,6 +213,7 @@ class Channel:
             self.send,
             min_interval=interval,
             options={k: v for k, v in options.items() if k in feeds},
+            hub=self.hub.kernel_hub,
         )
 
     def _select_profile(self) -> None:
@@ -258,11 +230,6 @@ class Channel:
             self.send({"type": "memory", "samples": list(self.hub.memory.copy())})
             for publisher in self.publishers.values():
                 publisher.send_full()
-
-    def tick(self) -> None:
-        with self._lock:
-            for publisher in self.publishers.values():
-                publisher.tick()
 
     # -- browser -> kernel -------------------------------------------------------------
 
@@ -338,6 +305,8 @@ class Channel:
 
     def close(self) -> None:
         self.closed = True
+        with self._lock:
+            self._drop_publishers()
         try:
             self.comm.close()
         except Exception:  # the kernel is going away
@@ -358,10 +327,14 @@ def _keep_browser_routing(comm: Any) -> None:
 
 
 class Hub:
-    """Every channel of this kernel, the thread that feeds them, and the memory
-    history they share; follows the default source (the latest Client)."""
+    """Every channel of this kernel and the memory history they share; follows the
+    default source (the latest Client). No thread of its own: the kernel's hub
+    (``hub.py``) ticks the channels' publishers and calls ``_tick`` (status, stale
+    channels) while a channel is open."""
 
-    def __init__(self, controls: ClusterControls | None = None) -> None:
+    def __init__(
+        self, controls: ClusterControls | None = None, kernel_hub: KernelHub | None = None
+    ) -> None:
         self.channels: list[Channel] = []
         self.runner = ControlRunner(controls)
         self.controls = controls
@@ -371,8 +344,7 @@ class Hub:
         self._last_status_at = -math.inf
         self._last_runs_at = -math.inf
         self._lock = threading.RLock()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self.kernel_hub = kernel_hub if kernel_hub is not None else hub_module.hub()
         try:
             self.source = default_source()
         except ValueError:
@@ -397,6 +369,7 @@ class Hub:
         with self._lock:
             if channel in self.channels:
                 self.channels.remove(channel)
+            channel._drop_publishers()
 
     def announce(self) -> None:
         """Open a comm to this kernel's JupyterLab (if it has the extension, it takes
@@ -444,7 +417,11 @@ class Hub:
         try:
             sample = memory_sample(source, time.time())
             info = source.info()
-            cluster = cluster_summary(source, info)
+            mirrors = [c.mirror for c in self.channels if c.mirror is not None]
+            mirror = mirrors[0] if mirrors else None
+            if mirror is not None and mirror.reads == 0:  # a new channel's: not read yet
+                mirror.read()
+            cluster = cluster_summary(source, info, mirror)
             if self.controls is not None:
                 cluster["controls"] = self.controls.abilities(source)
                 cluster["client_code"] = cluster["controls"].pop("client_code", None)
@@ -478,15 +455,10 @@ class Hub:
             except Exception:
                 logger.debug("Could not send a status", exc_info=True)
 
-    # -- the thread --------------------------------------------------------------------
+    # -- on the kernel hub's thread ------------------------------------------------------
 
     def _start(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._run, name="kernel-cluster-lab", daemon=True
-            )
-            self._thread.start()
+        self.kernel_hub.add_hook(self._tick)
 
     def _close_stale(self) -> None:
         """Close the channels whose page is gone (see ``Channel.stale``)."""
@@ -512,33 +484,33 @@ class Hub:
         for channel in comparing:
             channel.offer_runs(runs)
 
-    def _run(self) -> None:
-        while not self._stop.wait(INTERVAL):
-            self._close_stale()
-            with self._lock:
-                channels = list(self.channels)
-                if not channels:
-                    self._thread = None
-                    return
-                self._refresh_status()
+    def _tick(self) -> None:
+        """Once per tick of the kernel's hub: close silent channels, refresh and send
+        the status (at most once a second), offer Compare panels new runs; leave the
+        hub when no channel is left."""
+        self._close_stale()
+        with self._lock:
+            channels = list(self.channels)
+            if not channels:
+                self.kernel_hub.remove_hook(self._tick)
+                return
+            self._refresh_status()
+        try:
+            self._offer_runs(channels)
+        except Exception:  # the run history unreadable, the cluster closing
+            logger.debug("Could not offer the runs to compare", exc_info=True)
+        for channel in channels:
             try:
-                self._offer_runs(channels)
-            except Exception:  # the run history unreadable, the cluster closing
-                logger.debug("Could not offer the runs to compare", exc_info=True)
-            for channel in channels:
-                try:
-                    self.send_status(channel)
-                    if self.status["cluster"] is not None:
-                        channel.tick()
-                except (RuntimeError, TimeoutError) as exc:
-                    logger.info("Panel updates paused: %s", exc)
-                except Exception:
-                    logger.exception("A panel update failed; that panel is closed")
-                    self.remove(channel)
-                    channel.close()
+                self.send_status(channel)
+            except (RuntimeError, TimeoutError) as exc:
+                logger.info("Panel updates paused: %s", exc)
+            except Exception:
+                logger.exception("A panel update failed; that panel is closed")
+                self.remove(channel)
+                channel.close()
 
     def close(self) -> None:
-        self._stop.set()
+        self.kernel_hub.remove_hook(self._tick)
         self._unwatch()
         for channel in list(self.channels):
             self.remove(channel)
@@ -546,11 +518,23 @@ class Hub:
 
 
 _hub: Hub | None = None
+_controls_factory: Callable[[], ClusterControls] | None = None
+_target_registered = False
+_announced = False
+
+
+def set_controls(factory: Callable[[], ClusterControls]) -> None:
+    """What makes the sidebar's cluster controls, called when the hub is made (the
+    package passes its own: this layer cannot make clients)."""
+    global _controls_factory
+    _controls_factory = factory
 
 
 def hub(controls: ClusterControls | None = None) -> Hub:
-    """This kernel's hub, made (and its comm target registered) on first use."""
+    """This kernel's JupyterLab side, made on first use."""
     global _hub
+    if controls is None and (_hub is None or _hub.controls is None) and _controls_factory:
+        controls = _controls_factory()
     if _hub is None:
         _hub = Hub(controls)
     elif controls is not None and _hub.controls is None:
@@ -558,25 +542,41 @@ def hub(controls: ClusterControls | None = None) -> Hub:
     return _hub
 
 
-def register(controls: ClusterControls | None = None) -> bool:
-    """In a Jupyter kernel: register the comm target and tell JupyterLab that
-    kernel_cluster is here. ``controls``: what the sidebar's cluster controls call
-    (the package passes its own: this layer cannot make clients). Idempotent; False
+def _opened(comm: Any, msg: Any) -> None:
+    hub().opened(comm, msg)
+
+
+def register_target() -> bool:
+    """In a Jupyter kernel: answer the browser's comms on ``TARGET`` (what ``import
+    kernel_cluster`` does: no thread, no comm, no hub until a browser asks). False
     (and nothing done) elsewhere."""
+    global _target_registered
     if not in_notebook():
         return False
-    if _hub is not None:
-        hub(controls)
-        return True
-    from comm import get_comm_manager
+    if not _target_registered:
+        from comm import get_comm_manager
 
+        # comm types the handler as returning None; what it returns is ignored
+        get_comm_manager().register_target(TARGET, _opened)
+        _target_registered = True
+    return True
+
+
+def register(controls: ClusterControls | None = None) -> bool:
+    """In a Jupyter kernel: answer the browser's comms and tell JupyterLab that
+    kernel_cluster is here, once (``%load_ext kernel_cluster``, the first view,
+    ``show()``). ``controls``: what the sidebar's cluster controls call. False (and
+    nothing done) elsewhere."""
+    global _announced
+    if not register_target():
+        return False
     h = hub(controls)
-    # comm types the handler as returning None; what it returns is ignored
-    get_comm_manager().register_target(TARGET, h.opened)  # type: ignore[arg-type]
-    try:
-        h.announce()
-    except Exception:  # no front-end to talk to (a console, a test kernel)
-        logger.debug("Could not announce kernel_cluster to JupyterLab", exc_info=True)
+    if not h.channels and not _announced:
+        _announced = True
+        try:
+            h.announce()
+        except Exception:  # no front-end to talk to (a console, a test kernel)
+            logger.debug("Could not announce kernel_cluster to JupyterLab", exc_info=True)
     return True
 
 

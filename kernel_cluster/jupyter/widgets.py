@@ -7,9 +7,10 @@ the dashboard), the task stream and the statistical profile's flame graph.
     ProfileFlameGraph(client)
 
 Each widget is an anywidget whose front-end is the renderer library in
-``widgets/`` (bundled into ``static/``). The kernel pushes data: a background
-thread reads the client's DiagnosticsSource and sends deltas, at most
-``1 / interval`` times a second and nothing when nothing changed. The browser
+``widgets/`` (bundled into ``static/``). The kernel pushes data: the kernel's one
+update hub (``hub.py``: one thread for every widget and panel) reads the client's
+DiagnosticsSource and sends each widget its deltas, at most ``1 / interval`` times
+a second and nothing when nothing changed. The browser
 holds the data and does the filtering (unit, functions, activities, span), so
 those act at once, even while the kernel is busy. Filter choices are synced
 traits: they survive re-rendering, and Python can read or set them.
@@ -45,7 +46,8 @@ except ModuleNotFoundError as exc:  # a plain install: the widgets are an extra
 from ..diagnostics.attach import source_of
 from ..diagnostics.source import Diagnosable, WouldBlock
 from . import explain
-from .publisher import Poller, Publisher
+from .hub import Hub, Publisher
+from .hub import hub as kernel_hub
 
 logger = logging.getLogger(__name__)
 
@@ -81,45 +83,40 @@ class _LiveWidget(anywidget.AnyWidget):
         interval: float = 0.5,
         autostart: bool = True,
         clock: Any = None,
+        hub: Hub | None = None,
         **kwargs: Any,
     ):
         """``client``: a Client, a ``distributed.Client`` or any DiagnosticsSource (None:
         the default source, the latest Client or ``kernel_cluster.attach``'s).
         ``interval``: seconds between updates (at least 0.25). ``autostart=False``
         sends nothing until ``update()``.
-        ``clock`` (for tests): a function returning the time for the rate bound; the
-        updates also wait on its ``pause(stop, seconds)`` if it has one (``Poller``)."""
+        ``clock`` (for tests): a function returning the time for the rate bound.
+        ``hub`` (for tests): the hub that feeds it (None: the kernel's)."""
         bundle = bundle_path()
         options = self._feed_options(kwargs)
         super().__init__(_esm=_read(bundle), _css=_read(STYLES), _uid=uuid.uuid4().hex, **kwargs)
         self.source = source_of(client)
         extra = {"clock": clock} if clock is not None else {}
         interval = max(interval, self._min_interval)
+        self._hub = hub if hub is not None else kernel_hub()
         self.publisher = Publisher(
             self.source,
             self._feeds,
             self._send_update,
             min_interval=interval,
             options=options,
+            hub=self._hub,
             **extra,
         )
         self._publisher_ready()
         self.on_msg(self._on_browser_message)
-        self._poller: Poller | None = None
         self._closed = False
         if autostart:
             try:
                 self.publisher.tick(force=True)
             except WouldBlock:  # an asynchronous Dask client's loop runs this cell:
-                pass  # the poller's thread reads instead
-
-            self._poller = Poller(
-                self.publisher,
-                interval,
-                name=f"kernel-cluster-{self.kind}",
-                pause=getattr(clock, "pause", None),
-            )
-            self._poller.start()
+                pass  # the hub's thread reads instead
+            self._hub.subscribe(self.publisher)
 
     def _feed_options(self, kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Take this widget's feed settings out of the constructor's keyword arguments."""
@@ -145,7 +142,7 @@ class _LiveWidget(anywidget.AnyWidget):
     @property
     def updating(self) -> bool:
         """The background updates are running."""
-        return self._poller is not None and self._poller.running
+        return not self._closed and self._hub.subscribed(self.publisher)
 
     # -- browser -> kernel ------------------------------------------------------------------
 
@@ -168,9 +165,9 @@ class _LiveWidget(anywidget.AnyWidget):
     def close(self) -> None:
         """Stop the updates and close the views."""
         self._closed = True
-        poller = getattr(self, "_poller", None)
-        if poller is not None:
-            poller.stop()
+        publisher = getattr(self, "publisher", None)
+        if publisher is not None:
+            publisher.close()
         super().close()
 
 

@@ -4,8 +4,9 @@
 // `changed` and read the fields.
 //
 // Either side may open the comm: this model when it meets a kernel (a page load,
-// a restart), the kernel when kernel_cluster is imported or a Client starts. A
-// kernel without kernel_cluster closes ours, and we wait for its announcement.
+// a restart) and again after cells while the kernel has no kernel_cluster (`AskAgain`),
+// the kernel on `%load_ext kernel_cluster`, `show()` or when a Client starts. A
+// kernel without kernel_cluster closes ours.
 //
 // The comm's messages go to a kernel subshell where the kernel has them (ipykernel
 // 7, JupyterLab's "comms over subshells"), so the kernel answers while a cell runs:
@@ -84,6 +85,8 @@ export class ClusterConnection {
   workers: WorkerRow[] = [];
   /** The last control's outcome, for the sidebar: pending, or the kernel's answer. */
   control: { pending: string | null; error: string | null; done: string | null } = { pending: null, error: null, done: null };
+  /** How many comms we opened to this kernel (each refused one costs the kernel a log line). */
+  asks = 0;
   /** What arrived on the comm, for the measurements (kernel -> browser). */
   readonly stats = { messages: 0, bytes: 0, since: performance.now(), byFeed: {} as Record<string, number> };
   /** The kernel runs a cell now, and whether it reads our messages meanwhile (on a
@@ -100,6 +103,10 @@ export class ClusterConnection {
   private waitingForNewKernel = false;
   /** This kernel process was asked once already (it closes the comm without kernel_cluster). */
   private asked = false;
+  /** The kernel said hello on the current comm: kernel_cluster answers on it. */
+  private greeted = false;
+  /** When to ask a kernel that refused again (see `AskAgain`). */
+  private again = new AskAgain();
   private profile: Record<string, unknown> = { prefix: '', start: null, stop: null };
   private profileListeners = new Set<() => void>();
   /** The Compare panel's state: the kernel's answer (runs, a, b, data, error) and its filters. */
@@ -145,6 +152,7 @@ export class ClusterConnection {
     if (this.kernel === kernel) return;
     if (this.kernel) {
       this.kernel.removeCommTarget(TARGET, this.accept);
+      this.kernel.iopubMessage.disconnect(this.onIOPub, this);
       this.restarted = true;
       this.reset();
     }
@@ -154,7 +162,9 @@ export class ClusterConnection {
       return;
     }
     kernel.registerCommTarget(TARGET, this.accept);
+    kernel.iopubMessage.connect(this.onIOPub, this);
     this.asked = false;
+    this.again = new AskAgain();
     this.setState('connecting');
     this.open();
   }
@@ -167,6 +177,7 @@ export class ClusterConnection {
   private onStatus(_: ISessionContext, status: Kernel.Status): void {
     this.note(`kernel ${status}`);
     const busy = status === 'busy';
+    const ran = this.busy && status === 'idle'; // a cell (or a silent request) finished
     if (busy !== this.busy) {
       this.busy = busy;
       this._changed.emit();
@@ -183,7 +194,32 @@ export class ClusterConnection {
       this.newKernel();
     } else if (status === 'idle' && !this.waitingForNewKernel && !this.comm && !this.asked && this.state !== 'live') {
       this.open();
+    } else if (ran && !this.waitingForNewKernel && !this.comm && this.state === 'no-package' && this.again.due(performance.now())) {
+      // `import kernel_cluster` opens no comm (nor starts a thread): it only answers
+      // ours. What just ran may have imported it: ask again. A refusal costs the
+      // kernel a closed comm and a line in its log, so not after every cell: after
+      // code naming kernel_cluster, else seldom (`AskAgain`)
+      this.open();
     }
+  }
+
+  /** Code the kernel runs (any client's: iopub's execute_input) that names
+   * kernel_cluster may import it: ask once that execution is over (its idle status),
+   * not at some other idle meanwhile (a subshell's, while the import still runs). */
+  private onIOPub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
+    const parent = (msg.parent_header as Partial<KernelMessage.IHeader>)?.msg_id ?? '';
+    if (msg.header.msg_type === 'execute_input') {
+      const code = (msg as KernelMessage.IExecuteInputMsg).content.code;
+      if (typeof code === 'string') this.again.ran(code, parent);
+    } else if (msg.header.msg_type === 'status') {
+      const state = (msg as KernelMessage.IStatusMsg).content.execution_state;
+      if (state === 'idle' && this.again.finished(parent)) this.askAgain();
+    }
+  }
+
+  /** Ask a kernel that refused, if nothing is under way. */
+  private askAgain(): void {
+    if (!this.waitingForNewKernel && !this.comm && this.state === 'no-package') this.open();
   }
 
   private onConnection(_: ISessionContext, status: Kernel.ConnectionStatus): void {
@@ -192,11 +228,12 @@ export class ClusterConnection {
   }
 
   /** The kernel is back from a restart. Its new process has not imported
-   * kernel_cluster: it opens the comm itself when it does. (Asking now could reach
-   * the old process, whose last messages may still be arriving.) */
+   * kernel_cluster yet: we ask after its first cell (`AskAgain`). (Asking now could
+   * reach the old process, whose last messages may still be arriving.) */
   private newKernel(): void {
     this.waitingForNewKernel = false;
     this.asked = true;
+    this.again = new AskAgain(); // a new process: ask after its first cell
     this.dropComm();
     this.setState('no-package');
   }
@@ -240,7 +277,9 @@ export class ClusterConnection {
     const kernel = this.kernel;
     if (!kernel || this.comm || kernel.connectionStatus !== 'connected') return;
     this.note('opening a comm');
+    this.asks += 1;
     this.asked = true;
+    this.again.asking();
     const comm = kernel.createComm(TARGET);
     this.wire(comm);
     void this.openOnSubshell(kernel, comm);
@@ -273,6 +312,7 @@ export class ClusterConnection {
 
   private wire(comm: Kernel.IComm): void {
     this.comm = comm;
+    this.greeted = false;
     this.subscribed = '';
     this.startPinging();
     comm.onMsg = (msg) => this.onMessage(comm, msg);
@@ -281,9 +321,13 @@ export class ClusterConnection {
       if (this.comm !== comm) return;
       this.comm = null;
       this.stopPinging();
+      const refused = !this.greeted;
+      if (refused) this.again.refused(performance.now());
       if (this.state === 'connecting' || this.state === 'live' || this.state === 'no-cluster') {
         this.setState('no-package');
       }
+      // code naming kernel_cluster finished after we asked: ask again
+      if (refused && this.again.named) this.askAgain();
     };
   }
 
@@ -301,6 +345,8 @@ export class ClusterConnection {
     switch (data.type) {
       case 'hello':
         this.store.explain.reset(); // what was asked before the channel opened is asked again
+        this.greeted = true;
+        this.again.answered();
         this.subscribed = '';
         this.subscribe();
         if (this.compareListeners.size) this.askCompare(); // a Compare panel is open
@@ -414,10 +460,14 @@ export class ClusterConnection {
         this._changed.emit();
         return;
       }
-      // the kernel announces itself; wait for the comm (bounded)
+      // kernel_cluster answers our comm now: open it, and wait (bounded) for its hello.
+      // Our comm exists at once, but its open reaches the kernel only once its
+      // subshell is there: a request sent before then would go to a comm the kernel
+      // does not know, and be dropped
+      this.open();
       const t0 = performance.now();
-      while (!this.comm && performance.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 50));
-      if (!this.comm) {
+      while (!this.greeted && performance.now() - t0 < 10000) await new Promise((r) => setTimeout(r, 50));
+      if (!this.greeted) {
         this.control = { pending: null, error: 'The kernel imported kernel_cluster but did not answer.', done: null };
         this._changed.emit();
         return;
@@ -498,11 +548,64 @@ export class ClusterConnection {
     this.session.statusChanged.disconnect(this.onStatus, this);
     this.session.connectionStatusChanged.disconnect(this.onConnection, this);
     this.kernel?.removeCommTarget(TARGET, this.accept);
+    this.kernel?.iopubMessage.disconnect(this.onIOPub, this);
     this.dropComm();
     this.stopPinging();
     this.kernel = null;
     this.setState('no-kernel');
     Signal.clearData(this);
+  }
+}
+
+/** When to ask again a kernel that refused our comm (it has not imported
+ * kernel_cluster): after a cell whose code names kernel_cluster (an import, `%load_ext
+ * kernel_cluster`), or else once the wait has passed, a wait that doubles with each
+ * refusal (from `FIRST_WAIT` up to `LONGEST_WAIT`): a kernel that imports it through
+ * another module is still found, and one that never does costs the kernel a refused
+ * comm a few times an hour, not after every cell. Times in milliseconds. */
+export class AskAgain {
+  static readonly FIRST_WAIT = 30_000;
+  static readonly LONGEST_WAIT = 600_000;
+  private refusals = 0;
+  private refusedAt = -Infinity;
+  /** Executions (by request id) whose code names kernel_cluster, not over yet. */
+  private naming = new Set<string>();
+  /** One of them is over since we last asked. */
+  named = false;
+
+  /** The kernel runs `code`, for the request `id`. */
+  ran(code: string, id: string): void {
+    if (code.includes('kernel_cluster')) this.naming.add(id);
+  }
+
+  /** The request `id` is over; whether its code named kernel_cluster. */
+  finished(id: string): boolean {
+    if (!this.naming.delete(id)) return false;
+    this.named = true;
+    return true;
+  }
+
+  /** Should a kernel that just finished running something be asked now? */
+  due(now: number): boolean {
+    if (this.refusals === 0 || this.named) return true;
+    const wait = Math.min(AskAgain.FIRST_WAIT * 2 ** (this.refusals - 1), AskAgain.LONGEST_WAIT);
+    return now - this.refusedAt >= wait;
+  }
+
+  /** We ask now. */
+  asking(): void {
+    this.named = false;
+  }
+
+  refused(now: number): void {
+    this.refusals += 1;
+    this.refusedAt = now;
+  }
+
+  answered(): void {
+    this.refusals = 0;
+    this.refusedAt = -Infinity;
+    this.named = false;
   }
 }
 

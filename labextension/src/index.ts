@@ -221,6 +221,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           byFeed: { ...conn.stats.byFeed },
           seconds: (performance.now() - conn.stats.since) / 1000,
           history: [...conn.history],
+          asks: conn.asks,
         };
       },
     });

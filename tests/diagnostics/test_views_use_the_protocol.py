@@ -32,7 +32,7 @@ MEMBERS = {
     name
     for name in vars(DiagnosticsSource)
     if not name.startswith("_") and callable(getattr(DiagnosticsSource, name, None))
-} | {"kind"}
+} | {"kind", "changes_since"}  # changes_since: optional (diagnostics/changes.ChangeSource)
 
 
 class OnlyTheProtocol:

@@ -164,27 +164,29 @@ def test_await_client_then_close():
     assert asyncio.run(main()) == (2, "running")
 
 
-def test_views_accept_our_asynchronous_client():
+def test_views_accept_our_asynchronous_client(monkeypatch):
     """``async with ms.sample(..., client=client)`` and a widget on an asynchronous
-    client of ours."""
+    client of ours: the widget sends its whole state by itself (as it is made, or from
+    the hub's thread), with no ``update()`` and no browser's refresh."""
+    browser = Browser()
+    # what the widget sends, from the moment it is made (no comm in a test)
+    monkeypatch.setattr(FineMetrics, "_send_update", lambda _self, c, b: browser(c, b))
 
-    async def main() -> tuple[list, str]:
+    async def main() -> tuple[list, dict]:
         async with Client(asynchronous=True, n_workers=1) as client:
             ms = MemorySampler()
             async with ms.sample("run 1", client=client, interval=0.05):
                 await client.gather(client.map(inc, range(10)))
             widget = FineMetrics(client, interval=0.25)
-            browser = Browser()
-            widget.publisher._send = browser
             try:
-                widget.update(force=True)
                 await wait_for_async(lambda: browser.messages, timeout=20, what="an update")
             finally:
                 widget.close()
-            return ms.samples["run 1"], browser.messages[0][0]["type"]
+            return ms.samples["run 1"], browser.messages[0][0]
 
-    samples, kind = asyncio.run(main())
-    assert len(samples) >= 2 and samples[-1][1] > 0 and kind == "update"
+    samples, first = asyncio.run(main())
+    assert len(samples) >= 2 and samples[-1][1] > 0 and first["type"] == "update"
+    assert all(part["full"] for part in first["parts"]), first["parts"]
 
 
 def test_an_asynchronous_client_started_twice_at_once_starts_once():

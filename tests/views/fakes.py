@@ -17,6 +17,7 @@ from kernel_cluster.core.critical_path import TaskRun
 from kernel_cluster.core.profile_tree import new_tree, to_flat
 from kernel_cluster.core.scheduler_tasks import ALL_STATES
 from kernel_cluster.diagnostics.snapshots import (
+    Changes,
     ClusterInfo,
     FinishedSpan,
     FinishedSpans,
@@ -208,6 +209,22 @@ class FakeSource:
     def transfer_logs(self, workers: list[str] | None = None) -> dict[str, TransferLogs]:
         self._check()
         return {w: t for w, t in self.transfers.items() if workers is None or w in workers}
+
+
+class CountingSource(FakeSource):
+    """A FakeSource that counts its ``changes_since`` reads (answered by diffing, as
+    the Dask source's are)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from kernel_cluster.diagnostics.changes import Differ
+
+        self.change_reads = 0
+        self._differ = Differ(self)
+
+    def changes_since(self, cursor: int) -> Changes:
+        self.change_reads += 1
+        return self._differ.changes_since(cursor)
 
 
 class Clock:

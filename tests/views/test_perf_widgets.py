@@ -8,6 +8,7 @@ pytest.importorskip("anywidget")
 
 from kernel_cluster.core.profile_tree import add_stack, describe, new_tree, validate
 from kernel_cluster.diagnostics.feeds.profile_codec import flatten, unflatten
+from kernel_cluster.jupyter.hub import Hub
 from kernel_cluster.jupyter.widgets import ProfileFlameGraph, TaskStream
 
 from ..engine.helpers import wait_for
@@ -79,19 +80,21 @@ def test_task_stream_keeps_max_tasks():
 
 def test_task_stream_close_stops_updates():
     source, clock = StreamSource(), Clock()
-    w = TaskStream(source, interval=0.25, clock=clock)
+    h = Hub(pause=clock.pause, clock=clock)
+    w = TaskStream(source, interval=0.25, clock=clock, hub=h)
     assert w.updating
-    wait_for(lambda: clock.pausing == 1, what="the first pause of the updates")
+    wait_for(lambda: clock.pausing == 1, what="the hub's first pause")
     source.add("inc-1")
     reads = source.reads
-    clock.advance(0.25)  # returns once the updates have read and paused again
+    clock.advance(0.25)  # returns once the hub has read and paused again
     assert source.reads > reads
     w.close()
     assert not w.updating
     reads = source.reads
     source.add("late-1")
-    clock.advance(10.0)  # forty intervals: updates still running would have read
-    assert clock.pausing == 0
+    clock.advance(0.25, settle=False)
+    wait_for(lambda: not h.running, what="the hub's thread to end with its last view")
+    clock.advance(10.0, settle=False)  # forty intervals: a hub still running would read
     assert source.reads == reads
 
 

@@ -7,9 +7,8 @@ import pytest
 from kernel_cluster.diagnostics.feeds.profile import ProfileReader
 from kernel_cluster.diagnostics.feeds.tables import MetricsReader, RecordsReader
 from kernel_cluster.diagnostics.feeds.task_stream import TaskStreamReader
-from kernel_cluster.jupyter.publisher import MIN_INTERVAL, Poller, Publisher
+from kernel_cluster.jupyter.publisher import MIN_INTERVAL, Publisher
 
-from ..engine.helpers import wait_for
 from .fakes import Clock, FakeSource, span_info
 
 CPU = ("execute", "s1", "inc", "thread-cpu", "seconds")
@@ -106,45 +105,3 @@ def test_the_rate_bound_has_a_floor():
 def test_unknown_feed_is_refused():
     with pytest.raises(ValueError, match="Unknown feeds"):
         Publisher(FakeSource(), ("metrics", "gpu"), lambda c, b: None)
-
-
-def test_poller_sends_changes_and_stops():
-    source, browser, clock = FakeSource(), Browser(), Clock()
-    pub = Publisher(source, ("metrics",), browser, min_interval=0.25, clock=clock)
-    poller = Poller(pub, 0.25, pause=clock.pause)
-    poller.start()
-    source.metrics[CPU] = 5.0
-    wait_for(lambda: clock.pausing == 1, what="the poller's first pause")
-    clock.advance(0.25)  # returns once the poller has ticked and paused again
-    assert browser.metrics.as_dict() == {CPU: 5.0}
-    poller.stop()
-    assert not poller.running
-    reads = source.reads
-    source.metrics[CPU] = 6.0
-    clock.advance(10.0)  # forty intervals: a poller still running would have read
-    assert clock.pausing == 0
-    assert source.reads == reads
-
-
-def test_poller_waits_its_interval_between_ticks():
-    source, clock = FakeSource(), Clock()
-    pub = Publisher(source, ("metrics",), lambda c, b: None, min_interval=0.25, clock=clock)
-    poller = Poller(pub, 0.5, pause=clock.pause)
-    poller.start()
-    wait_for(lambda: clock.pausing == 1, what="the poller's first pause")
-    reads = source.reads
-    clock.advance(0.4)  # not yet
-    assert source.reads == reads
-    clock.advance(0.1)
-    assert source.reads == reads + 1
-    poller.stop()
-    assert not poller.running
-
-
-def test_poller_stops_by_itself_when_the_engine_closes():
-    """On the real clock (the default pause): a poller whose source closed stops."""
-    source = FakeSource()
-    poller = Poller(Publisher(source, ("metrics",), lambda c, b: None), 0.25)
-    poller.start()
-    source.closed = True
-    wait_for(lambda: not poller.running, what="the poller to stop")

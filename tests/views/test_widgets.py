@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import traitlets
 
 pytest.importorskip("anywidget")
 
+from kernel_cluster.diagnostics.source import WouldBlock
 from kernel_cluster.jupyter import widgets
+from kernel_cluster.jupyter.hub import Hub
 from kernel_cluster.jupyter.widgets import Dashboard, FineMetrics, Progress, SpanTree
 
 from ..engine.helpers import wait_for
-from .fakes import Clock, FakeSource, span_info
+from .fakes import Clock, CountingSource, FakeSource, span_info
 from .test_publisher import Browser
 
 CPU = ("execute", "s1", "inc", "thread-cpu", "seconds")
@@ -56,6 +60,46 @@ def test_state_after_updates_and_throttling():
     w.close()
 
 
+class LoopSource(FakeSource):
+    """A source read on its own event loop's thread would block (an asynchronous
+    client's, a widget made in a coroutine): reads there raise WouldBlock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop_thread = threading.current_thread()
+
+    def _check(self) -> None:
+        if threading.current_thread() is self.loop_thread:
+            raise WouldBlock("read on the loop that must answer it")
+        super()._check()
+
+
+def test_a_widget_made_where_it_cannot_read_gets_its_first_state_from_the_hub(monkeypatch):
+    """Made on an asynchronous client's loop, a widget cannot read as it is made; the
+    hub's thread sends its whole state at its first tick, with no ``update()`` nor a
+    browser's refresh (what a browser already rendering it would draw)."""
+    source, clock, browser = LoopSource(), Clock(), Browser()
+    source.metrics[CPU] = 1.0
+    source.span_list.append(span_info("s1", ("load",)))
+    monkeypatch.setattr(FineMetrics, "_send_update", lambda _self, c, b: browser(c, b))
+    h = Hub(pause=clock.pause, clock=clock)
+    w = FineMetrics(source, clock=clock, hub=h)
+    try:
+        assert browser.messages == []  # it could not read as it was made
+        assert w.updating
+        wait_for(lambda: clock.pausing == 1, what="the hub's first pause")
+        clock.advance(0.25)  # one tick
+        assert len(browser.messages) == 1
+        parts = browser.messages[0][0]["parts"]
+        assert [p["feed"] for p in parts] == ["metrics", "spans"]
+        assert all(p.get("full") for p in parts), parts
+        assert browser.metrics.as_dict() == {CPU: 1.0}
+        assert browser.spans.records["s1"]["name"] == ["load"]
+    finally:
+        w.close()
+        h.stop()
+
+
 def test_browser_messages_are_validated():
     source = FakeSource()
     w = Progress(source, autostart=False)
@@ -69,20 +113,22 @@ def test_browser_messages_are_validated():
 
 
 def test_close_stops_updates():
-    source, clock = FakeSource(), Clock()
-    w = SpanTree(source, interval=0.25, clock=clock)
+    source, clock = CountingSource(), Clock()
+    h = Hub(pause=clock.pause, clock=clock)
+    w = SpanTree(source, interval=0.25, clock=clock, hub=h)
     assert w.updating
-    wait_for(lambda: clock.pausing == 1, what="the first pause of the updates")
-    reads = source.reads
-    clock.advance(0.25)  # returns once the updates have read and paused again
-    assert source.reads == reads + 1
+    wait_for(lambda: clock.pausing == 1, what="the hub's first pause")
+    reads = source.change_reads
+    clock.advance(0.25)  # returns once the hub has read and paused again
+    assert source.change_reads == reads + 1
     w.close()
     assert not w.updating
-    reads = source.reads
+    reads = source.change_reads
     source.span_list.append(span_info("s9", ("late",)))
-    clock.advance(10.0)  # forty intervals: updates still running would have read
-    assert clock.pausing == 0
-    assert source.reads == reads
+    clock.advance(0.25, settle=False)
+    wait_for(lambda: not h.running, what="the hub's thread to end with its last view")
+    clock.advance(10.0, settle=False)  # forty intervals: a hub still running would read
+    assert source.change_reads == reads
 
 
 def test_span_filter_is_checked_and_linked_to_a_tree():

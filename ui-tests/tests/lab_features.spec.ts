@@ -2,7 +2,7 @@
 // a worker table, legend filters on the task stream, views as tabs and all at once,
 // the views in the command palette. Screenshots in artifacts/lab-f*.png.
 import { expect, galata, test } from '@jupyterlab/galata';
-import { command, expectFineMetrics, openNotebook, openSidebar, panel, PANELS, shots, shutdownKernels, sidebar } from './lab_helpers';
+import { command, expectFineMetrics, openNotebook, openSidebar, panel, PANELS, shots, shutdownKernels, sidebar, stats } from './lab_helpers';
 
 test.use({ autoGoto: true, viewport: { width: 1600, height: 1000 } });
 
@@ -75,6 +75,20 @@ test('the sidebar starts worker processes with a memory limit; bad values are re
   await shots(page, 'f-workers-processes');
   await side.locator('button.kc-lab-stop').click();
   await expect(side.locator('.kc-lab-state')).toContainText('No cluster', { timeout: 60000 });
+});
+
+test('a kernel without kernel_cluster is not asked again after every cell; a cell importing it connects', async ({ page, tmpPath }) => {
+  // each ask a kernel refuses costs it a closed comm and a line in its log
+  await openNotebook(page, tmpPath, CONTROLS);
+  await page.notebook.runCell(0); // a kernel that has not imported kernel_cluster
+  await expect.poll(async () => (await stats(page, CONTROLS)).state, { timeout: 60000 }).toBe('no-package');
+  const before = (await stats(page, CONTROLS)).asks;
+  for (let i = 0; i < 5; i++) await page.notebook.runCell(0);
+  // one ask per cell before; now none, or one if the first wait (30 s) passed on a slow machine
+  expect((await stats(page, CONTROLS)).asks - before).toBeLessThanOrEqual(1);
+  await page.notebook.addCell('code', 'import kernel_cluster');
+  await page.notebook.runCell(2);
+  await expect.poll(async () => (await stats(page, CONTROLS)).state, { timeout: 60000 }).toBe('no-cluster');
 });
 
 test('the worker table follows the workers; the memory chart draws their limit', async ({ page, tmpPath }) => {

@@ -112,7 +112,7 @@ export async function kernelValue(page: IJupyterLabPageFixture, notebook: string
 }
 
 /** What the notebook's connection received, by the extension's stats command. */
-export async function stats(page: IJupyterLabPageFixture, notebook: string): Promise<{ bytes: number; messages: number; seconds: number; history: string[]; state: string }> {
+export async function stats(page: IJupyterLabPageFixture, notebook: string): Promise<{ bytes: number; messages: number; seconds: number; history: string[]; state: string; asks: number }> {
   return page.evaluate(async (nb) => {
     const app = (window as any).jupyterapp;
     const found = [...app.shell.widgets('main')].find((w: any) => w.context?.path?.endsWith(nb));

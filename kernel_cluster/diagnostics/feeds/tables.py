@@ -78,9 +78,13 @@ class MetricsFeed:
         return i
 
     def update(
-        self, metrics: Mapping[tuple[Any, ...], float], full: bool = False
+        self, metrics: Mapping[tuple[Any, ...], float], full: bool = False, partial: bool = False
     ) -> Message | None:
-        """The message that brings the browser to ``metrics``; None if it is there."""
+        """The message that brings the browser to ``metrics``; None if it is there.
+
+        ``partial``: ``metrics`` holds only the rows that changed (with 0 for a row
+        that went, as ``DiagnosticsSource.changes_since`` gives them), not every row:
+        rows left out keep their value."""
         n_strings, n_rows = len(self._string_list), len(self._row_keys)
         changed: list[int] = []
         values: list[float] = []
@@ -107,7 +111,8 @@ class MetricsFeed:
             self._sent[row] = value
             changed.append(row)
             values.append(value)
-        if len(default_rows.keys() & seen_default) < len(default_rows):  # a span folded
+        if not partial and len(default_rows.keys() & seen_default) < len(default_rows):
+            # a default span folded: its rows went
             for key in [k for k in default_rows if k not in seen_default]:
                 row = default_rows.pop(key)
                 self._sent[row] = 0.0
@@ -137,7 +142,7 @@ class MetricsFeed:
         ]
 
     def full(self) -> Message:
-        msg = self.update({}, full=True)
+        msg = self.update({}, full=True, partial=True)
         assert msg is not None
         return msg
 
@@ -174,6 +179,27 @@ class RecordsFeed:
         msg = self.update(self._sent, full=True)
         assert msg is not None
         return msg
+
+    def update_some(self, changed: Mapping[str, Any], removed: Iterable[str]) -> Message | None:
+        """The message for these records changed and these ids gone (the others stay as
+        they were): what a reader of changes, not of the whole state, calls."""
+        sent = self._sent
+        changed = {k: v for k, v in changed.items() if sent.get(k) != v}
+        gone = [k for k in removed if k in sent and k not in changed]
+        for k in gone:
+            del sent[k]
+        if not changed and not gone:
+            return None
+        sent.update(changed)
+        self.seq += 1
+        content = {
+            "feed": self.name,
+            "seq": self.seq,
+            "full": False,
+            "records": changed,
+            "removed": gone,
+        }
+        return content, []
 
 
 # -- snapshots as records ----------------------------------------------------------------

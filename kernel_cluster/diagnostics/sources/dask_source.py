@@ -81,7 +81,9 @@ from typing import Any, TypeVar, cast
 import cloudpickle
 
 from ...core.critical_path import TaskRun
+from ..changes import Differ
 from ..snapshots import (
+    Changes,
     ClusterInfo,
     CodeFrame,
     FinishedSpan,
@@ -188,6 +190,7 @@ class DaskSource:
         self._kind: SourceKind | None = None
         self._dashboard: str | None = None  # "" once known to have none
         self._hello: dict[str, float] | None = None
+        self._differ: Differ | None = None
         if not self._on_client_loop():  # else on the first read from another thread
             self._settings()
 
@@ -332,6 +335,15 @@ class DaskSource:
         self._read("metrics", self.timeout + 3, refresh=True)
         metrics, label = cast(tuple[Metrics, str], self._read("span_metrics", selector=chosen))
         return metrics, label
+
+    def changes_since(self, cursor: int) -> Changes:
+        """What changed since ``cursor``, by diffing this read with the last one here
+        (Dask's scheduler keeps no change log): the same answer as the engine's, so
+        the live views do not ask which source they read."""
+        differ = self._differ
+        if differ is None:
+            differ = self._differ = Differ(self)
+        return differ.changes_since(cursor)
 
     def spans(self, refresh: bool = True) -> list[SpanInfo]:
         raw = cast(

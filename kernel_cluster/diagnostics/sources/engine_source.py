@@ -18,11 +18,12 @@ import psutil
 
 from ...core.critical_path import TaskRun
 from ...core.span_summary import SpanCapture, capture, summarize_capture
-from ...core.span_totals import SubtreeTotals, subtree_totals
+from ...core.span_totals import subtree_totals
 from ...core.spans import Span
 from ...engine.cluster import KernelCluster
 from ...engine.stack_sampler import read_profile, read_profile_metadata
 from ..snapshots import (
+    Changes,
     ClusterInfo,
     FinishedSpan,
     FinishedSpans,
@@ -32,13 +33,13 @@ from ..snapshots import (
     ProfileMetadata,
     SourceKind,
     SpanInfo,
-    StartStop,
     TaskStreamRecord,
     TransferLogEntry,
     TransferLogs,
     WorkerInfo,
 )
 from ..source import DiagnosticsSource
+from .engine_changes import EngineChanges, raw_records, snapshot_span
 
 
 class EngineSource:
@@ -47,6 +48,7 @@ class EngineSource:
     def __init__(self, cluster: KernelCluster):
         self.cluster = cluster
         self._cpu = _ProcessCpu()
+        self._changes = EngineChanges(cluster)
 
     @property
     def kind(self) -> SourceKind:
@@ -76,6 +78,11 @@ class EngineSource:
             return [snapshot_span(s, totals[s.id]) for s in tree.spans.values()]
 
         return loop.run(read)
+
+    def changes_since(self, cursor: int) -> Changes:
+        """What changed since ``cursor`` (0: everything), read in short calls on the
+        loop: cost proportional to what changed (``engine_changes.py``)."""
+        return self._changes.since(cursor)
 
     def finished_spans(self, cursor: int = 0) -> FinishedSpans:
         """Three short calls on the loop: which spans finished (the tree's log), a
@@ -169,14 +176,13 @@ class EngineSource:
     # off the engine's loop, which a long history would otherwise hold up
 
     def task_stream_since(self, index: int) -> list[TaskStreamRecord]:
-        stream = self.cluster.scheduler.task_stream
-        return _records(self.cluster.loop_thread.run(stream.since_raw, index))
+        return self._changes.task_records(index)  # copied in chunks: a long history too
 
     def task_stream(
         self, start: float | None = None, stop: float | None = None, count: int | None = None
     ) -> list[TaskStreamRecord]:
         stream = self.cluster.scheduler.task_stream
-        return _records(self.cluster.loop_thread.run(stream.window_raw, start, stop, count))
+        return raw_records(self.cluster.loop_thread.run(stream.window_raw, start, stop, count))
 
     def task_runs(
         self, span_ids: Collection[str] | None = None, start: float | None = None
@@ -251,29 +257,6 @@ def read_transfer_logs(dask_worker: Any) -> dict[str, list[dict[str, Any]]]:
 
 
 # -- engine data to snapshots --------------------------------------------------------------
-
-
-def snapshot_span(span: Span, totals: SubtreeTotals | None = None) -> SpanInfo:
-    """Read a core Span (on the engine's thread) into plain data; ``totals``: its
-    subtree's numbers, if made already (``core.span_totals.subtree_totals``)."""
-    if totals is None:
-        totals = subtree_totals(span.traverse_spans(), span._now())[span.id]
-    return SpanInfo(
-        id=span.id,
-        name=tuple(span.name),
-        parent=span.parent.id if span.parent is not None else None,
-        children=tuple(c.id for c in span.children),
-        enqueued=span.enqueued,
-        start=totals.start,
-        stop=totals.stop,
-        duration=totals.duration,
-        nbytes_total=totals.nbytes_total,
-        states=totals.states,
-        done=totals.done,
-        active_cpu_seconds=totals.active_cpu_seconds,
-        metrics=totals.metrics,
-        code=tuple(tuple(tuple(frame) for frame in stack) for stack in span.code),
-    )
 
 
 class _Captured(NamedTuple):
@@ -399,23 +382,6 @@ def _worker_info(
         spilled_bytes=int(w.get("spilled", 0)),
         cpu_percent=(cpu or {}).get(int(pid) if pid else os.getpid()),
     )
-
-
-def _records(raw: Iterable[tuple[Any, ...]]) -> list[TaskStreamRecord]:
-    """The task stream plugin's raw records (engine/task_stream_plugin.py) as
-    snapshots, made on the caller's thread rather than on the loop (the loop only
-    picks the tuples: a window over 100,000 records took it 0.3 s as dicts). The
-    tuples' startstops are (action, start, stop[, source]), as
-    ``StartStop`` takes them."""
-    record = TaskStreamRecord
-    startstop = StartStop
-    out = []
-    for i, key, prefix, span, worker, thread, status, nbytes, startstops, deps, sent in raw:
-        actions = tuple([startstop(*ss) for ss in startstops])
-        out.append(
-            record(i, key, prefix, span, worker, thread, status, nbytes, actions, deps, sent)
-        )
-    return out
 
 
 def _runs(raw: Iterable[tuple[Any, ...]], span_ids: Collection[str] | None) -> list[TaskRun]:
