@@ -328,7 +328,17 @@ def assert_no_new_children(before: set[int], timeout: float = 10) -> None:
     try:
         wait_for(lambda: not child_pids() - before, timeout, "worker processes to exit")
     except AssertionError:
-        raise AssertionError(f"child processes left: {sorted(child_pids() - before)}") from None
+        left = [_describe_process(pid) for pid in sorted(child_pids() - before)]
+        raise AssertionError(f"child processes left: {left}") from None
+
+
+def _describe_process(pid: int) -> str:
+    """A leftover child, as a reader of the failure needs it: what it runs, its state."""
+    try:
+        proc = psutil.Process(pid)
+        return f"{pid} ({proc.status()}, parent {proc.ppid()}): {' '.join(proc.cmdline())[:300]}"
+    except psutil.Error:
+        return f"{pid} (gone since)"
 
 
 def assert_no_new_threads(before: set[threading.Thread], timeout: float = 10) -> None:
