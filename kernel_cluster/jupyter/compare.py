@@ -85,10 +85,13 @@ def run_choices(source: DiagnosticsSource | None, limit: int = CHOICES) -> list[
 
 
 def default_pair(choices: list[dict[str, str]]) -> tuple[str, str]:
-    """What to show when nothing was chosen: the last pair compared here, else the two
-    latest runs ("", "" when there are not two)."""
-    if comparing.last_pair is not None:
-        return comparing.last_pair
+    """What to show when nothing was chosen: the last pair compared here if both are
+    still offered (not the spans of a cluster since closed), else the two latest runs
+    ("", "" when there are not two)."""
+    offered = {c["ref"] for c in choices}
+    last = comparing.last_pair
+    if last is not None and set(last) <= offered:
+        return last
     if len(choices) >= 2:
         return choices[1]["ref"], choices[0]["ref"]
     return "", ""

@@ -325,11 +325,22 @@ def assert_nothing_left(before: tuple[set[threading.Thread], set[int]]) -> None:
 
 def assert_no_new_children(before: set[int], timeout: float = 10) -> None:
     """Every child process started since ``before`` was taken has exited."""
+    seen: dict[int, str] = {}  # described while they lived: one may go just after
+
+    def none_left() -> bool:
+        left = child_pids() - before
+        for pid in left - seen.keys():
+            seen[pid] = _describe_process(pid)
+        return not left
+
     try:
-        wait_for(lambda: not child_pids() - before, timeout, "worker processes to exit")
+        wait_for(none_left, timeout, "worker processes to exit")
     except AssertionError:
-        left = [_describe_process(pid) for pid in sorted(child_pids() - before)]
-        raise AssertionError(f"child processes left: {left}") from None
+        left = [seen.get(pid) or _describe_process(pid) for pid in sorted(child_pids() - before)]
+        gone = [seen[pid] for pid in sorted(seen.keys() - child_pids())]
+        raise AssertionError(
+            f"child processes left after {timeout} s: {left}; gone meanwhile: {gone}"
+        ) from None
 
 
 def _describe_process(pid: int) -> str:
