@@ -32,7 +32,7 @@ from .futures import FAILED, Future, FutureState, raise_if_failed, until_done
 from .graph_packing import collect_futures, rebuild
 from .results import Results
 from .submission import Submission
-from .timeouts import check_timeout, timeout_text
+from .timeouts import check_timeout, not_done_text, timeout_text
 from .views import Views
 
 T = TypeVar("T")
@@ -105,7 +105,7 @@ class Asynchronous(Submission, Results, Views):
             if late:  # else all done just now
                 doing = await self._describe_task_async(late[0])
                 raise TimeoutError(
-                    f"{len(late)} of the {len(flat)} futures are not done after the "
+                    f"{not_done_text(len(late), len(flat))} after the "
                     f"timeout of {timeout_text(timeout or 0.0)}; the first, {late[0]!r}: "
                     f"{doing}. The tasks go on; gather again, or cancel them."
                 ) from None

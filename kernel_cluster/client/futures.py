@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, NoReturn, Protocol
 
 from ..core.keys import Key
 from ..engine.secede import while_waiting
-from .timeouts import check_timeout, timeout_text
+from .timeouts import check_timeout, not_done_text, timeout_text
 
 
 def task_error(state: Any) -> BaseException:
@@ -308,9 +308,21 @@ def wait(
     timeout = check_timeout(timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
     if return_when == "ALL_COMPLETED":
-        for f in futures:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            f.client._wait_for(f._state, f.key, left, timeout)
+        try:
+            for f in futures:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                f.client._wait_for(f._state, f.key, left, timeout)
+        except TimeoutError as exc:
+            late = [f for f in futures if not f.done()]
+            if len(futures) == 1 or not late:
+                raise
+            one = late[0]
+            raise TimeoutError(
+                f"{not_done_text(len(late), len(futures))} after the timeout of "
+                f"{timeout_text(timeout or 0.0)}; the first, {one.key!r}: "
+                f"{one.client._describe_task(one.key)}. The tasks go on; wait again, "
+                "or cancel them."
+            ) from exc.__cause__
     elif futures and not any(f.done() for f in futures):
         first = as_completed(futures)
         try:
@@ -384,10 +396,15 @@ class as_completed:
         if not late:
             return TimeoutError(f"No future finished within the timeout of {given}.")
         first = late[0]
+        doing = first.client._describe_task(first.key)
+        if len(late) == 1:
+            return TimeoutError(
+                f"Future {first.key!r} did not finish within the timeout of {given}: "
+                f"{doing}. The task goes on; {again}, or cancel it."
+            )
         return TimeoutError(
-            f"None of the {len(late)} futures not done finished within the timeout of "
-            f"{given}; the first, {first.key!r}: {first.client._describe_task(first.key)}. "
-            f"The tasks go on; {again}, or cancel them."
+            f"None of the {len(late)} futures left finished within the timeout of {given}; "
+            f"the first, {first.key!r}: {doing}. The tasks go on; {again}, or cancel them."
         )
 
 

@@ -27,7 +27,7 @@ from .futures import (
     UserCallback,
     run_callback,
 )
-from .timeouts import check_timeout, timeout_text
+from .timeouts import check_timeout, not_done_text, timeout_text
 
 
 def _wait(event: threading.Event, timeout: float | None) -> bool:
@@ -258,7 +258,7 @@ class FutureRegistry:
                 if keys is not None:
                     what = f"; the first, {keys[late[0]]!r}: {self.describe(keys[late[0]])}"
                 raise TimeoutError(
-                    f"{len(late)} of the {len(states)} futures are not done after the "
+                    f"{not_done_text(len(late), len(states))} after the "
                     f"timeout of {timeout_text(timeout or 0.0)}{what}. The tasks go on; "
                     "gather again, or cancel them."
                 )

@@ -31,3 +31,11 @@ def check_timeout(timeout: Any) -> float | None:
 def timeout_text(seconds: float) -> str:
     """A timeout as every wait's error names it: "0.2 s", "3 s", "1.5 s"."""
     return f"{seconds:g} s"
+
+
+def not_done_text(late: int, total: int) -> str:
+    """How many futures a timeout left not done, in words: "2 of the 3 futures are
+    not done", "1 of the 3 futures is not done", "the future is not done"."""
+    if total == 1:
+        return "the future is not done"
+    return f"{late} of the {total} futures {'is' if late == 1 else 'are'} not done"

@@ -70,7 +70,8 @@ def _processing(ts: TaskState) -> str:
             f"it was sent to {where}, which fetches {len(fetching)} of its input(s) from "
             f"other workers before it can run: {_names(fetching)}"
         )
-    busy = len(ws.processing)
+    # the tasks there that may run now (not those sent ahead of their inputs)
+    busy = sum(1 for t in ws.processing if all(d.state == "memory" for d in t.dependencies))
     if busy > ws.nthreads:
         return (
             f"it was sent to {where}, whose {ws.nthreads} thread(s) have {busy} tasks: "

@@ -115,6 +115,7 @@ class ResourceProfiler(_Recorder):
         super().__init__()
         self.dt = float(dt)
         self.results: list[ResourceData] = []
+        self._starter: threading.Thread | None = None  # starts the sampler's process
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._entered = 0
@@ -155,13 +156,27 @@ class ResourceProfiler(_Recorder):
 
     @property
     def sampling(self) -> bool:
-        return self._proc is not None
+        return self._starter is not None
 
     def _start_sampling(self) -> None:
         with self._lock:
-            if self._proc is not None:
+            if self._starter is not None:
                 return
-            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resource_sampler.py")
+            first = threading.Event()
+            # the process starts on a thread of its own: a Ctrl-C, raised in the main
+            # thread only, cannot then stop Popen half-way and leave a sampler that
+            # nobody waits for (a zombie for the life of the kernel)
+            self._starter = threading.Thread(
+                target=self._spawn, args=(first,), name="ResourceProfiler-start", daemon=True
+            )
+            self._starter.start()
+        # the samples cover what follows only once the sampler has taken its first
+        # (its start-up, a Python process's, takes a tenth of a second or so)
+        first.wait(timeout=10)
+
+    def _spawn(self, first: threading.Event) -> None:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resource_sampler.py")
+        try:
             proc = subprocess.Popen(
                 [sys.executable, script, str(os.getpid()), repr(self.dt)],
                 stdin=subprocess.PIPE,
@@ -169,18 +184,15 @@ class ResourceProfiler(_Recorder):
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C in the terminal is not for it
             )
-            self._proc = proc
-            first = threading.Event()
-            self._reader = threading.Thread(
-                target=self._read,
-                args=(proc, first),
-                name="ResourceProfiler-reader",
-                daemon=True,
-            )
-            self._reader.start()
-        # the samples cover what follows only once the sampler has taken its first
-        # (its start-up, a Python process's, takes a tenth of a second or so)
-        first.wait(timeout=10)
+        except OSError as exc:
+            warnings.warn(f"ResourceProfiler: cannot start its sampler: {exc}", stacklevel=1)
+            first.set()
+            return
+        self._proc = proc
+        self._reader = threading.Thread(
+            target=self._read, args=(proc, first), name="ResourceProfiler-reader", daemon=True
+        )
+        self._reader.start()
 
     def _read(self, proc: subprocess.Popen[bytes], first: threading.Event) -> None:
         assert proc.stdout is not None
@@ -197,8 +209,12 @@ class ResourceProfiler(_Recorder):
 
     def _stop_sampling(self) -> None:
         with self._lock:
-            proc, reader = self._proc, self._reader
-            self._proc = self._reader = None
+            starter, self._starter = self._starter, None
+        if starter is None:
+            return
+        starter.join()  # Popen returns in a moment; its process is then ours to end
+        proc, reader = self._proc, self._reader
+        self._proc = self._reader = None
         if proc is None:
             return
         try:

@@ -34,6 +34,15 @@ def test_a_task_whose_input_is_on_another_worker_is_said_to_wait_for_it_until_it
     assert status(s, "y") == "it is running on worker b (or about to start)"
 
 
+def test_a_task_with_a_dependent_sent_ahead_to_its_worker_is_running():
+    """A user trial: the dependent waiting there for this task's value counted as a
+    task competing for the thread ("whose 1 thread(s) have 2 tasks")."""
+    s = Sched(("a", 1))
+    s.submit({"x": (), "y": ("x",)}, ["y"])
+    assert s.state("y") == "processing"  # sent ahead, to a
+    assert status(s, "x") == "it is running on worker a (or about to start)"
+
+
 def test_a_task_sent_past_the_threads_may_wait_there():
     s = Sched(("a", 1), saturation=3.0)
     s.submit({"x": (), "y": (), "z": ()}, ["x", "y", "z"])

@@ -347,9 +347,14 @@ def _describe_process(pid: int) -> str:
     """A leftover child, as a reader of the failure needs it: what it runs, its state."""
     try:
         proc = psutil.Process(pid)
-        return f"{pid} ({proc.status()}, parent {proc.ppid()}): {' '.join(proc.cmdline())[:300]}"
+        status, parent, name = proc.status(), proc.ppid(), proc.name()
     except psutil.Error:
         return f"{pid} (gone since)"
+    try:
+        command = " ".join(proc.cmdline())[:300]
+    except psutil.Error:  # a zombie: exited, not yet waited for by its parent (us)
+        command = "?"
+    return f"{pid} {name} ({status}, parent {parent}): {command}"
 
 
 def assert_no_new_threads(before: set[threading.Thread], timeout: float = 10) -> None:

@@ -273,7 +273,7 @@ def test_a_timeout_names_the_timeout_given_and_what_the_task_is_doing(client, cl
     with pytest.raises(TimeoutError) as info:
         wait([running, waiting], timeout=0.3)
     text = str(info.value)
-    assert "timeout of 0.3 s" in text, text
+    assert "timeout of 0.3 s" in text and "2 of the 2 futures are not done" in text, text
     nowhere = client.submit(inc, 1, workers=["tcp://10.0.0.1:1"], pure=False)
     with pytest.raises(TimeoutError) as info:
         nowhere.result(timeout=0.2)
@@ -322,6 +322,7 @@ def test_gather_with_a_timeout_names_it_and_what_the_task_not_done_is_doing(
     text = str(info.value)
     assert "timeout of 0.3 s" in text and running.key in text, text
     assert "running" in text and worker in text, text
+    assert text.startswith("1 of the 2 futures is not done"), text
     with pytest.raises(ValueError, match="timeout=-1"):
         client.gather([done], timeout=-1)
     event.set()
@@ -443,4 +444,5 @@ def test_an_asynchronous_result_timeout_says_what_the_task_is_doing(tmp_path):
     text, gathered, values = asyncio.run(main())
     assert "timeout of 0.2 s" in text and "worker" in text, text
     assert "timeout of 0.2 s" in gathered and "worker" in gathered, gathered
+    assert gathered.startswith("the future is not done"), gathered
     assert values == [1]

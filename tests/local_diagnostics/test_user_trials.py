@@ -19,7 +19,7 @@ from kernel_cluster import CacheProfiler, ProgressBar, ResourceProfiler, get_syn
 from kernel_cluster.core.spec import GraphError
 from kernel_cluster.diagnostics import Callback
 from kernel_cluster.local_diagnostics.callbacks import active_callbacks
-from tests.engine.helpers import blocked_until, wait_for
+from tests.engine.helpers import assert_no_new_children, blocked_until, child_pids, wait_for
 
 
 def scalar(x):
@@ -154,6 +154,7 @@ def test_ctrl_c_while_the_resource_profiler_starts_leaves_no_sampler(python_sigi
             time.sleep(0.001)
         os.kill(os.getpid(), signal.SIGINT)
 
+    children = child_pids()
     rprof = ResourceProfiler(dt=0.05)
     thread = threading.Thread(target=interrupt_once_the_sampler_runs)
     thread.start()
@@ -165,6 +166,8 @@ def test_ctrl_c_while_the_resource_profiler_starts_leaves_no_sampler(python_sigi
     assert not rprof.sampling
     wait_for(lambda: not _samplers(), timeout=10, what="the sampler to end")
     assert rprof not in active_callbacks()
+    # and waited for: a Ctrl-C inside Popen left it a zombie until another Popen
+    assert_no_new_children(children)
 
 
 def nap(x, seconds):
