@@ -242,3 +242,16 @@ def python_sigint() -> Iterator[None]:
     yield
     signal.signal(signal.SIGINT, before)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+@pytest.fixture
+def restore_default_source() -> Iterator[None]:
+    """The default source (the latest Client's, or attach's) as it was before the test."""
+    from kernel_cluster.diagnostics.attach import default_source, set_default_source
+
+    try:
+        before = default_source()
+    except ValueError:
+        before = None
+    yield
+    set_default_source(before)

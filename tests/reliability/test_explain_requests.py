@@ -13,7 +13,7 @@ import threading
 
 from kernel_cluster.jupyter import explain
 from tests.engine.helpers import wait_for
-from tests.views.test_explain import channel, restore_default_source  # noqa: F401 (fixtures)
+from tests.views.test_explain import channel  # noqa: F401 (a fixture)
 
 
 def test_the_channel_answers_other_messages_while_a_span_is_explained(channel, monkeypatch):  # noqa: F811

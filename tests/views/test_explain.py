@@ -47,18 +47,6 @@ def channel(restore_default_source):
             h.close()
 
 
-@pytest.fixture
-def restore_default_source():
-    from kernel_cluster.diagnostics.attach import default_source, set_default_source
-
-    try:
-        before = default_source()
-    except ValueError:
-        before = None
-    yield
-    set_default_source(before)
-
-
 def test_a_span_is_explained_once_asked(channel):
     client, comm, span_id = channel
     comm.from_browser({"type": "explain", "span": span_id})

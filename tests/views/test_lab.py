@@ -10,7 +10,7 @@ import pytest
 from comm.base_comm import BaseComm
 
 from kernel_cluster import Client, KernelCluster, span
-from kernel_cluster.diagnostics.attach import default_source, set_default_source
+from kernel_cluster.diagnostics.attach import set_default_source
 from kernel_cluster.diagnostics.feeds.tables import MetricsReader
 from kernel_cluster.jupyter import lab
 from tests.engine.helpers import wait_for
@@ -49,16 +49,6 @@ class RecordingComm(BaseComm):
 
 def inc(x: int) -> int:
     return x + 1
-
-
-@pytest.fixture
-def restore_default_source():
-    try:
-        before = default_source()
-    except ValueError:
-        before = None
-    yield
-    set_default_source(before)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from kernel_cluster.diagnostics.attach import set_default_source
 from kernel_cluster.jupyter import lab
 from tests.engine.helpers import wait_for
 from tests.views.test_lab import RecordingComm as _RecordingComm
-from tests.views.test_lab import inc, restore_default_source  # noqa: F401
+from tests.views.test_lab import inc
 
 
 class RecordingComm(_RecordingComm):
@@ -27,7 +27,7 @@ class RecordingComm(_RecordingComm):
 
 
 @pytest.fixture
-def controlled_hub(restore_default_source):  # noqa: F811
+def controlled_hub(restore_default_source):
     set_default_source(None)
     h = lab.Hub(LabControls())
     yield h
@@ -121,7 +121,7 @@ def test_a_bad_memory_limit_is_told_to_the_user_and_nothing_starts(controlled_hu
         get_client()
 
 
-def test_without_controls_the_kernel_says_it_cannot(restore_default_source):  # noqa: F811
+def test_without_controls_the_kernel_says_it_cannot(restore_default_source):
     h = lab.Hub()
     try:
         comm = RecordingComm()
@@ -144,7 +144,7 @@ def test_the_sidebar_controls_only_the_cluster_of_the_kernels_default_client(con
             other.close()
 
 
-def test_the_worker_table_rows_come_with_the_status_of_who_asks(restore_default_source):  # noqa: F811
+def test_the_worker_table_rows_come_with_the_status_of_who_asks(restore_default_source):
     with (
         KernelCluster(n_workers=2, threads_per_worker=1, memory_limit="1 GiB") as cluster,
         Client(cluster) as client,
@@ -170,7 +170,7 @@ def test_the_worker_table_rows_come_with_the_status_of_who_asks(restore_default_
             h.close()
 
 
-def test_a_channel_whose_page_went_silent_is_closed(restore_default_source):  # noqa: F811
+def test_a_channel_whose_page_went_silent_is_closed(restore_default_source):
     set_default_source(None)
     h = lab.Hub()
     try:
@@ -194,7 +194,7 @@ def test_a_channel_whose_page_went_silent_is_closed(restore_default_source):  # 
         h.close()
 
 
-def test_on_the_main_shell_silence_counts_only_while_other_pages_were_heard(restore_default_source):  # noqa: F811
+def test_on_the_main_shell_silence_counts_only_while_other_pages_were_heard(restore_default_source):
     set_default_source(None)
     h = lab.Hub()
     try:

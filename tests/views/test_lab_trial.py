@@ -11,7 +11,7 @@ from kernel_cluster import Client, KernelCluster, span
 from kernel_cluster.diagnostics.history import compare as comparing
 from kernel_cluster.jupyter import lab
 from tests.engine.helpers import wait_for
-from tests.views.test_lab import RecordingComm, inc, restore_default_source  # noqa: F401
+from tests.views.test_lab import RecordingComm, inc
 
 
 def dec(x: int) -> int:
@@ -19,7 +19,7 @@ def dec(x: int) -> int:
 
 
 def test_an_open_compare_panel_is_offered_runs_recorded_after_it_opened(
-    restore_default_source,  # noqa: F811
+    restore_default_source,
     monkeypatch,
 ):
     # a pair compared earlier in this process, on a cluster since closed: it is not
@@ -62,7 +62,7 @@ def test_an_open_compare_panel_is_offered_runs_recorded_after_it_opened(
 
 
 def test_progress_shows_the_last_work_once_its_results_are_released(
-    restore_default_source,  # noqa: F811
+    restore_default_source,
 ):
     with KernelCluster(n_workers=1, threads_per_worker=2) as cluster, Client(cluster) as client:
         source = client.diagnostics
